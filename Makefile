@@ -1,0 +1,45 @@
+# Gavel: `make run` (the whole console on the embedded default) and `make test` (every test).
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test lint format bench migrate clean
+
+$(STAMP): pyproject.toml sdk/pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) is required (set PYTHON=...)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]" -e "./sdk[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+migrate: install
+	DEBUG=$${DEBUG-1} $(PY) manage.py migrate --verbosity 0
+
+# The embedded default: SQLite under var/, the in-process channel layer, a demo tenant,
+# a printed admin login and a simulated agent producing live runs and held calls.
+run: migrate
+	DEBUG=$${DEBUG-1} $(PY) manage.py demo_setup
+	DEBUG=$${DEBUG-1} HOST=$(HOST) PORT=$(PORT) $(PY) manage.py serve_demo
+
+test: install
+	SECRET_KEY=$${SECRET_KEY-test-only-secret-key-not-for-production} \
+	  $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+bench: install
+	DEBUG=$${DEBUG-1} $(PY) -m bench
+
+clean:
+	rm -rf $(VENV) var build .pytest_cache .ruff_cache

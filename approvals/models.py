@@ -1,0 +1,75 @@
+"""Held tool calls and the decisions on them."""
+
+import secrets
+
+from django.db import models
+from django.utils import timezone
+
+from console.models import ApiKey, Principal, Tenant
+from runs.models import Run
+
+
+class ApprovalStatus(models.TextChoices):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+def new_approval_id() -> str:
+    return "apr_" + secrets.token_hex(12)
+
+
+class Approval(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="approvals")
+    public_id = models.CharField(max_length=32, unique=True, default=new_approval_id)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals")
+    step = models.PositiveIntegerField(null=True, blank=True)
+    position = models.PositiveIntegerField(default=0)  # request order within the run
+    tool_call_id = models.CharField(max_length=255)
+    tool_name = models.CharField(max_length=255)
+    arguments = models.JSONField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    rejection_message = models.TextField(blank=True)
+    sub_run_tool_call_id = models.CharField(max_length=255, null=True, blank=True)
+    # A parent's approval that mirrors a parked child's call: deciding one decides both.
+    mirror_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="mirrors"
+    )
+    status = models.CharField(
+        max_length=16, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING
+    )
+    requested_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    decided_by = models.ForeignKey(
+        Principal, null=True, blank=True, on_delete=models.PROTECT, related_name="decisions"
+    )
+    decided_via_key = models.ForeignKey(
+        ApiKey, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    message = models.TextField(null=True, blank=True)  # what the model reads on deny/expiry
+    decided_arguments = models.JSONField(null=True, blank=True)  # approve: the ones to run
+    # Monotonic cursor of decisions (for `after=`), assigned when decided.
+    decision_seq = models.PositiveBigIntegerField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)  # the runtime's pickup
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "tool_call_id"], name="approval_unique_call")
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "status", "requested_at"], name="approval_inbox"),
+            models.Index(fields=["status", "expires_at"], name="approval_expiry"),
+            models.Index(fields=["run", "status"], name="approval_run_status"),
+            models.Index(fields=["run", "decision_seq"], name="approval_run_decisions"),
+        ]
+        ordering = ["requested_at", "position", "id"]
+
+    def __str__(self):
+        return self.public_id
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == ApprovalStatus.PENDING

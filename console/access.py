@@ -1,0 +1,137 @@
+"""Every "may this user, key or socket see or do this?" answer, in one place.
+
+Another tenant's object is NotFound (404), exactly like one that does not exist; a missing
+capability or scope is Forbidden (403). No view, endpoint or consumer filters by tenant itself.
+
+A *viewer* is either a Principal (a signed-in person, or the principal a `decide` key is bound
+to) or an ApiKey (a runtime).
+"""
+
+from fnmatch import fnmatchcase
+
+from django.db.models import QuerySet
+
+from console.errors import Forbidden, NotFound
+from console.models import ApiKey, Principal
+
+Viewer = Principal | ApiKey
+
+
+def principal_for_user(user) -> Principal | None:
+    """The active principal a signed-in user acts as, or None."""
+    if user is None or not user.is_authenticated:
+        return None
+    principal = getattr(user, "principal", None)
+    if principal is None or not principal.is_active or not user.is_active:
+        return None
+    return principal
+
+
+def _roles(principal: Principal):
+    # Cached on the instance: a request asks many questions of the same viewer.
+    cached = getattr(principal, "_gavel_roles", None)
+    if cached is None:
+        cached = list(principal.roles.all())
+        principal._gavel_roles = cached
+    return cached
+
+
+def capabilities_of(principal: Principal) -> set[str]:
+    caps: set[str] = set()
+    for role in _roles(principal):
+        caps.update(role.capabilities)
+    if "admin" in caps:
+        from console.models import CAPABILITIES
+
+        caps.update(CAPABILITIES)
+    return caps
+
+
+def can(viewer: Viewer, capability: str, tool_name: str | None = None) -> bool:
+    """May the viewer use a capability (for `decide`, on this tool)?"""
+    if isinstance(viewer, ApiKey):
+        if capability in ("view_runs", "ingest"):
+            return viewer.has_scope("ingest")
+        if capability == "decide" and viewer.has_scope("decide") and viewer.principal:
+            return can(viewer.principal, "decide", tool_name)
+        return False
+    if not viewer.is_active:
+        return False
+    caps = capabilities_of(viewer)
+    if capability not in caps:
+        return False
+    if capability == "decide" and tool_name is not None:
+        if "admin" in caps:
+            return True
+        return any(
+            fnmatchcase(tool_name, glob) for role in _roles(viewer) for glob in role.decide_tools
+        )
+    return True
+
+
+def tenant_of(viewer: Viewer):
+    return viewer.tenant
+
+
+def require_scope(key: ApiKey, scope: str) -> None:
+    if not key.has_scope(scope):
+        raise Forbidden(f"this API key lacks the '{scope}' scope", code="missing_scope")
+
+
+def require(viewer: Viewer, capability: str) -> None:
+    if not can(viewer, capability):
+        raise Forbidden(f"you may not {capability.replace('_', ' ')}", code="forbidden")
+
+
+def runs_visible_to(*, viewer: Viewer) -> QuerySet:
+    from runs.models import Run
+
+    require(viewer, "view_runs")
+    return Run.objects.filter(tenant_id=viewer.tenant_id)
+
+
+def run_in_tenant(*, tenant_id: int, run_id: str):
+    """The run with this wire id in this tenant, or NotFound. For writers (runtimes)."""
+    from runs.models import Run
+
+    run = Run.objects.filter(tenant_id=tenant_id, external_id=run_id).first()
+    if run is None:
+        raise NotFound(f"no run '{run_id}'", code="run_not_found")
+    return run
+
+
+def run_for(*, viewer: Viewer, run_id: str, for_update: bool = False):
+    """The run a viewer asks for: NotFound outside its tenant, Forbidden without view_runs."""
+    from runs.models import Run
+
+    qs = Run.objects.filter(tenant_id=viewer.tenant_id, external_id=run_id)
+    if for_update:
+        qs = qs.select_for_update()
+    run = qs.first()
+    if run is None:
+        raise NotFound(f"no run '{run_id}'", code="run_not_found")
+    require(viewer, "view_runs")
+    return run
+
+
+def approvals_visible_to(*, viewer: Viewer) -> QuerySet:
+    from approvals.models import Approval
+
+    if not (can(viewer, "view_runs") or can(viewer, "decide")):
+        raise Forbidden("you may not view approvals")
+    return Approval.objects.filter(tenant_id=viewer.tenant_id)
+
+
+def approval_for(*, viewer: Viewer, approval_id: str):
+    from approvals.models import Approval
+
+    approval = (
+        Approval.objects.select_related("run")
+        .filter(tenant_id=viewer.tenant_id, public_id=approval_id)
+        .first()
+    )
+    if approval is None:
+        raise NotFound(f"no approval '{approval_id}'", code="approval_not_found")
+    if not (can(viewer, "view_runs") or can(viewer, "decide")):
+        raise Forbidden("you may not view approvals")
+    return approval

@@ -1,0 +1,179 @@
+"""The one public API (`/api/v1/`): auth, the contract's error body, and the routers of the apps.
+
+Handlers only translate between the wire (camelCase schemas) and services; domain errors are
+exceptions (console.errors) mapped here, once.
+"""
+
+import math
+from datetime import timedelta
+
+from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
+from django.utils import timezone
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError
+from ninja.errors import ValidationError as NinjaValidationError
+from ninja.security import HttpBearer
+
+from console import access, ratelimit
+from console.errors import GavelError, NotFound, RateLimited
+from console.models import ApiKey
+
+LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+
+class KeyAuth(HttpBearer):
+    """`Authorization: Bearer <key>` → the ApiKey (request.auth), checked for one scope.
+
+    Order of checks (the contract): 401 for no/bad/revoked key, then 403 for a missing scope.
+    """
+
+    def __init__(self, scope: str):
+        super().__init__()
+        self.scope = scope
+
+    def authenticate(self, request, token):
+        key = ApiKey.objects.for_raw_key(token)
+        if key is None:
+            return None
+        access.require_scope(key, self.scope)
+        wait = ratelimit.take(key.pk, per_minute=key.rate_per_minute, burst=key.rate_burst)
+        if wait:
+            raise RateLimited("rate limit exceeded for this key", retry_after=math.ceil(wait))
+        now = timezone.now()
+        if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
+            ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+        return key
+
+
+ingest_auth = KeyAuth("ingest")
+decide_auth = KeyAuth("decide")
+
+api = NinjaAPI(
+    title="Gavel API",
+    version="1",
+    description="The wire contract agent runtimes use: runs, events, states, outcomes, "
+    "approvals and decisions. See docs/api.md.",
+    urls_namespace="api",
+    docs_url="/docs",
+)
+
+
+def error_response(request, status: int, code: str, message: str, details=None, headers=None):
+    response = api.create_response(
+        request,
+        {"error": {"code": code, "message": message, "details": details}},
+        status=status,
+    )
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def _check_path_objects(request) -> None:
+    """404 comes before 413 and 422: is the path's object in the key's tenant?"""
+    key = getattr(request, "auth", None)
+    match = getattr(request, "resolver_match", None)
+    if key is None or match is None:
+        return
+    tenant_id = getattr(key, "tenant_id", None)
+    if tenant_id is None:
+        return
+    kwargs = match.kwargs
+    if "run_id" in kwargs:
+        access.run_in_tenant(tenant_id=tenant_id, run_id=kwargs["run_id"])
+    if "approval_id" in kwargs:
+        from approvals.models import Approval
+
+        if not Approval.objects.filter(
+            tenant_id=tenant_id, public_id=kwargs["approval_id"]
+        ).exists():
+            raise NotFound(f"no approval '{kwargs['approval_id']}'", code="approval_not_found")
+
+
+def _field_path(loc) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path"):
+        head = parts.pop(0)
+        if head == "body" and parts and parts[0] == "payload":
+            parts.pop(0)
+        if head != "body":
+            parts.insert(0, head)
+    return ".".join(parts) or "body"
+
+
+@api.exception_handler(GavelError)
+def on_gavel_error(request, exc: GavelError):
+    headers = {}
+    if getattr(exc, "retry_after", None):
+        headers["Retry-After"] = str(exc.retry_after)
+    return error_response(request, exc.status, exc.code, exc.message, exc.details, headers)
+
+
+@api.exception_handler(NinjaValidationError)
+def on_validation_error(request, exc: NinjaValidationError):
+    try:
+        _check_path_objects(request)
+    except GavelError as err:
+        return on_gavel_error(request, err)
+    details = [
+        {"path": _field_path(err.get("loc", ())), "message": err.get("msg", "invalid")}
+        for err in exc.errors
+    ]
+    return error_response(request, 422, "validation_error", "the request body is invalid", details)
+
+
+@api.exception_handler(RequestDataTooBig)
+def on_too_big(request, exc):
+    try:
+        _check_path_objects(request)
+    except GavelError as err:
+        return on_gavel_error(request, err)
+    from django.conf import settings
+
+    limit = settings.GAVEL_MAX_BODY_BYTES
+    return error_response(
+        request,
+        413,
+        "payload_too_large",
+        f"the body is over the {limit}-byte limit",
+        {"limitBytes": limit},
+    )
+
+
+@api.exception_handler(AuthenticationError)
+def on_unauthenticated(request, exc):
+    return error_response(
+        request,
+        401,
+        "unauthorized",
+        "a valid API key is required (Authorization: Bearer <key>)",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request, exc: HttpError):
+    code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}.get(
+        exc.status_code, "error"
+    )
+    return error_response(request, exc.status_code, code, exc.message)
+
+
+@api.exception_handler(OperationalError)
+@api.exception_handler(InterfaceError)
+def on_database_down(request, exc):
+    return error_response(
+        request,
+        503,
+        "database_unavailable",
+        "the database is unreachable; retry later",
+        headers={"Retry-After": "5"},
+    )
+
+
+from approvals.api import router as approvals_router  # noqa: E402
+from runs.api import router as runs_router  # noqa: E402
+
+api.add_router("/", runs_router)
+api.add_router("/", approvals_router)

@@ -1,0 +1,28 @@
+from console.management.commands._base import ProvisioningCommand, split_csv
+from console.services import role_create, tenant_get
+
+
+class Command(ProvisioningCommand):
+    help = "Create or update a role: capabilities and the tool globs it may decide."
+
+    def add_arguments(self, parser):
+        parser.add_argument("name")
+        parser.add_argument("--tenant", required=True)
+        parser.add_argument(
+            "--capabilities",
+            help="comma-separated: view_runs,decide,view_budgets,manage_budgets,admin",
+        )
+        parser.add_argument("--decide-tools", help="comma-separated globs, e.g. 'refund_*,email_*'")
+
+    def handle(self, *args, name, tenant, capabilities, decide_tools, **options):
+        role, created = role_create(
+            tenant=tenant_get(slug=tenant),
+            name=name,
+            capabilities=split_csv(capabilities),
+            decide_tools=split_csv(decide_tools),
+        )
+        verb = "created" if created else "updated"
+        self.stdout.write(
+            f"role {role.name} {verb}: capabilities={','.join(role.capabilities) or '-'} "
+            f"decide_tools={','.join(role.decide_tools) or '-'}"
+        )

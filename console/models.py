@@ -1,0 +1,167 @@
+"""The directory: tenants, principals, roles, teams, API keys; and the audit log."""
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+CAPABILITIES = ("view_runs", "decide", "view_budgets", "manage_budgets", "admin")
+SCOPES = ("ingest", "decide")
+
+# Every new tenant gets these (the contract's defaults). `admin` implies every capability.
+DEFAULT_ROLES = {
+    "admin": {"capabilities": list(CAPABILITIES), "decide_tools": ["*"]},
+    "lead": {
+        "capabilities": ["view_runs", "decide", "view_budgets", "manage_budgets"],
+        "decide_tools": ["*"],
+    },
+    "reviewer": {"capabilities": ["view_runs", "decide"], "decide_tools": ["*"]},
+    "viewer": {"capabilities": ["view_runs"], "decide_tools": []},
+}
+
+
+class Tenant(models.Model):
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    allow_self_approval = models.BooleanField(default=False)
+    approval_ttl_seconds = models.PositiveIntegerField(default=15 * 60)
+    currency = models.CharField(max_length=3, default="USD")
+    time_zone = models.CharField(max_length=64, default="UTC")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self):
+        return self.slug
+
+
+class Team(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="teams")
+    name = models.CharField(max_length=100)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="team_unique_name")]
+
+    def __str__(self):
+        return f"{self.tenant.slug}/{self.name}"
+
+
+class Role(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="roles")
+    name = models.CharField(max_length=100)
+    capabilities = models.JSONField(default=list)  # subset of CAPABILITIES
+    decide_tools = models.JSONField(
+        default=list
+    )  # fnmatch globs of tool names this role may decide
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="role_unique_name")]
+
+    def __str__(self):
+        return f"{self.tenant.slug}/{self.name}"
+
+
+class Principal(models.Model):
+    """An identity runs are for; optionally a person who signs in (`user`)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="principals")
+    external_id = models.CharField(max_length=255)  # the wire's principalId
+    name = models.CharField(max_length=200, blank=True)
+    email = models.EmailField(blank=True)
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="principal",
+    )
+    roles = models.ManyToManyField(Role, blank=True, related_name="principals")
+    teams = models.ManyToManyField(Team, blank=True, related_name="principals")
+    is_active = models.BooleanField(default=True)
+    # False for principals registered on first sight by a runtime, until an admin reviews them.
+    reviewed = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "external_id"], name="principal_unique_id")
+        ]
+
+    def __str__(self):
+        return self.external_id
+
+
+def _hash_key(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiKeyQuerySet(models.QuerySet):
+    def for_raw_key(self, raw: str):
+        """The live key for a bearer token, or None. Keys are stored as SHA-256 only."""
+        return (
+            self.select_related("tenant", "principal")
+            .filter(key_hash=_hash_key(raw), revoked_at__isnull=True)
+            .first()
+        )
+
+
+class ApiKey(models.Model):
+    PREFIX = "gvl_"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=200)
+    key_hash = models.CharField(max_length=64, unique=True)
+    key_prefix = models.CharField(max_length=16)  # shown in the console to tell keys apart
+    scopes = models.JSONField(default=list)  # subset of SCOPES
+    principal = models.ForeignKey(
+        Principal, null=True, blank=True, on_delete=models.PROTECT, related_name="api_keys"
+    )
+    rate_per_minute = models.PositiveIntegerField(null=True, blank=True)  # None: the default
+    rate_burst = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    def __str__(self):
+        return f"{self.key_prefix}… ({self.name})"
+
+    @classmethod
+    def generate(cls) -> tuple[str, str, str]:
+        """A new raw key, its hash and its display prefix. The raw key is never stored."""
+        raw = cls.PREFIX + secrets.token_urlsafe(32)
+        return raw, _hash_key(raw), raw[:12]
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in self.scopes
+
+
+class AuditEvent(models.Model):
+    """Append-only: every decision and admin change. Rows are never updated or deleted."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="audit_events")
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    action = models.CharField(max_length=64)  # e.g. approval.decided, apikey.created
+    actor_principal = models.ForeignKey(
+        Principal, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    actor_key = models.ForeignKey(
+        ApiKey, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=255)
+    data = models.JSONField(default=dict)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "-at"], name="audit_tenant_at")]
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise ValueError("audit events are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ValueError("audit events are append-only")

@@ -1,0 +1,244 @@
+"""Writes to the directory: tenants, roles, principals, teams and API keys.
+
+Each is idempotent (the provisioning commands may run again, and concurrently) and audited.
+"""
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+
+from console.errors import Conflict, Invalid, NotFound
+from console.models import (
+    CAPABILITIES,
+    DEFAULT_ROLES,
+    SCOPES,
+    ApiKey,
+    AuditEvent,
+    Principal,
+    Role,
+    Team,
+    Tenant,
+)
+
+
+def audit(*, tenant, action, object_type, object_id, data=None, principal=None, key=None):
+    return AuditEvent.objects.create(
+        tenant=tenant,
+        action=action,
+        object_type=object_type,
+        object_id=str(object_id),
+        data=data or {},
+        actor_principal=principal,
+        actor_key=key,
+    )
+
+
+def _get_or_create(model, *, defaults=None, **lookup):
+    """get_or_create that survives a concurrent creator (the unique constraint decides)."""
+    try:
+        with transaction.atomic():
+            return model.objects.get_or_create(defaults=defaults or {}, **lookup)
+    except IntegrityError:
+        return model.objects.get(**lookup), False
+
+
+def tenant_get(*, slug: str) -> Tenant:
+    tenant = Tenant.objects.filter(slug=slug).first()
+    if tenant is None:
+        raise NotFound(f"no tenant '{slug}'", code="tenant_not_found")
+    return tenant
+
+
+@transaction.atomic
+def tenant_create(
+    *, slug: str, name: str | None = None, allow_self_approval: bool | None = None
+) -> tuple[Tenant, bool]:
+    from django.utils.text import slugify
+
+    if not slug or slugify(slug) != slug:
+        raise Invalid(f"tenant slug '{slug}' must be lowercase letters, digits and hyphens")
+    tenant, created = _get_or_create(Tenant, slug=slug, defaults={"name": name or slug})
+    changed = {}
+    if not created and name and tenant.name != name:
+        changed["name"] = name
+    if allow_self_approval is not None and tenant.allow_self_approval != allow_self_approval:
+        changed["allow_self_approval"] = allow_self_approval
+    if created and allow_self_approval:
+        changed["allow_self_approval"] = True
+    if changed:
+        Tenant.objects.filter(pk=tenant.pk).update(**changed)
+        tenant.refresh_from_db()
+    for role_name, spec in DEFAULT_ROLES.items():
+        _get_or_create(Role, tenant=tenant, name=role_name, defaults=spec)
+    if created or changed:
+        audit(
+            tenant=tenant,
+            action="tenant.created" if created else "tenant.updated",
+            object_type="tenant",
+            object_id=tenant.slug,
+            data={"name": tenant.name, "allowSelfApproval": tenant.allow_self_approval},
+        )
+    return tenant, created
+
+
+@transaction.atomic
+def role_create(
+    *, tenant: Tenant, name: str, capabilities: list[str] | None, decide_tools: list[str] | None
+) -> tuple[Role, bool]:
+    if not name:
+        raise Invalid("a role needs a name")
+    unknown = sorted(set(capabilities or []) - set(CAPABILITIES))
+    if unknown:
+        raise Invalid(
+            f"unknown capabilities: {', '.join(unknown)} (known: {', '.join(CAPABILITIES)})"
+        )
+    defaults = {"capabilities": capabilities or [], "decide_tools": decide_tools or []}
+    role, created = _get_or_create(Role, tenant=tenant, name=name, defaults=defaults)
+    changed = {}
+    if not created:
+        if capabilities is not None and role.capabilities != capabilities:
+            changed["capabilities"] = capabilities
+        if decide_tools is not None and role.decide_tools != decide_tools:
+            changed["decide_tools"] = decide_tools
+        if changed:
+            Role.objects.filter(pk=role.pk).update(**changed)
+            role.refresh_from_db()
+    if created or changed:
+        audit(
+            tenant=tenant,
+            action="role.created" if created else "role.updated",
+            object_type="role",
+            object_id=name,
+            data={"capabilities": role.capabilities, "decideTools": role.decide_tools},
+        )
+    return role, created
+
+
+def role_get(*, tenant: Tenant, name: str) -> Role:
+    role = Role.objects.filter(tenant=tenant, name=name).first()
+    if role is None:
+        raise NotFound(f"no role '{name}' in tenant '{tenant.slug}'", code="role_not_found")
+    return role
+
+
+@transaction.atomic
+def principal_ensure(*, tenant: Tenant, external_id: str) -> Principal:
+    """The principal with this id, registered on first sight (not yet reviewed by an admin)."""
+    principal, created = _get_or_create(
+        Principal, tenant=tenant, external_id=external_id, defaults={"reviewed": False}
+    )
+    if created:
+        audit(
+            tenant=tenant,
+            action="principal.registered",
+            object_type="principal",
+            object_id=external_id,
+            data={"firstSight": True},
+        )
+    return principal
+
+
+@transaction.atomic
+def principal_create(
+    *,
+    tenant: Tenant,
+    external_id: str,
+    name: str | None = None,
+    email: str | None = None,
+    password: str | None = None,
+    roles: list[str] | None = None,
+    teams: list[str] | None = None,
+) -> tuple[Principal, bool]:
+    if not external_id:
+        raise Invalid("a principal needs an id")
+    role_objs = [role_get(tenant=tenant, name=r) for r in roles or []]
+    principal, created = _get_or_create(
+        Principal,
+        tenant=tenant,
+        external_id=external_id,
+        defaults={"name": name or "", "email": email or "", "reviewed": True},
+    )
+    fields = {"reviewed": True}
+    if name is not None:
+        fields["name"] = name
+    if email is not None:
+        fields["email"] = email
+    Principal.objects.filter(pk=principal.pk).update(**fields)
+    principal.refresh_from_db()
+    if password:
+        _principal_set_login(principal=principal, password=password)
+    if role_objs:
+        principal.roles.add(*role_objs)
+    for team_name in teams or []:
+        team, _ = _get_or_create(Team, tenant=tenant, name=team_name)
+        principal.teams.add(team)
+    audit(
+        tenant=tenant,
+        action="principal.created" if created else "principal.updated",
+        object_type="principal",
+        object_id=external_id,
+        data={"roles": roles or [], "teams": teams or [], "login": bool(password)},
+    )
+    return principal, created
+
+
+def _principal_set_login(*, principal: Principal, password: str) -> None:
+    """Usernames are global: a principal id may sign in for only one tenant."""
+    User = get_user_model()
+    user = principal.user
+    if user is None:
+        existing = User.objects.filter(username=principal.external_id).first()
+        if existing is not None:
+            owner = getattr(existing, "principal", None)
+            if owner is not None and owner.pk != principal.pk:
+                raise Conflict(
+                    f"the login '{principal.external_id}' belongs to another tenant's principal"
+                )
+            user = existing
+        else:
+            user = User.objects.create_user(username=principal.external_id)
+        principal.user = user
+        principal.save(update_fields=["user"])
+    user.set_password(password)
+    user.email = principal.email
+    user.save(update_fields=["password", "email"])
+
+
+def principal_get(*, tenant: Tenant, external_id: str) -> Principal:
+    principal = Principal.objects.filter(tenant=tenant, external_id=external_id).first()
+    if principal is None:
+        raise NotFound(f"no principal '{external_id}' in tenant '{tenant.slug}'")
+    return principal
+
+
+@transaction.atomic
+def api_key_create(
+    *, tenant: Tenant, name: str, scopes: list[str], principal: Principal | None = None
+) -> tuple[ApiKey, str]:
+    """A new key (always new; names need not be unique). Returns the key and its raw value,
+    which is shown once and never stored."""
+    if not name:
+        raise Invalid("a key needs a name")
+    if not scopes:
+        raise Invalid(f"a key needs at least one scope ({', '.join(SCOPES)})")
+    unknown = sorted(set(scopes) - set(SCOPES))
+    if unknown:
+        raise Invalid(f"unknown scopes: {', '.join(unknown)} (known: {', '.join(SCOPES)})")
+    if "decide" in scopes and principal is None:
+        raise Invalid("a key with the 'decide' scope must be bound to a principal (--principal)")
+    raw, key_hash, prefix = ApiKey.generate()
+    key = ApiKey.objects.create(
+        tenant=tenant,
+        name=name,
+        key_hash=key_hash,
+        key_prefix=prefix,
+        scopes=sorted(set(scopes)),
+        principal=principal,
+    )
+    audit(
+        tenant=tenant,
+        action="apikey.created",
+        object_type="apikey",
+        object_id=key.pk,
+        data={"name": name, "scopes": key.scopes, "principal": principal and principal.external_id},
+    )
+    return key, raw
