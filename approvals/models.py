@@ -21,6 +21,10 @@ def new_approval_id() -> str:
     return "apr_" + secrets.token_hex(12)
 
 
+def new_delivery_id() -> str:
+    return "whd_" + secrets.token_hex(12)
+
+
 class Approval(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="approvals")
     public_id = models.CharField(max_length=32, unique=True, default=new_approval_id)
@@ -54,6 +58,11 @@ class Approval(models.Model):
     # Monotonic cursor of decisions (for `after=`), assigned when decided.
     decision_seq = models.PositiveBigIntegerField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)  # the runtime's pickup
+    # A reviewer may extend a pending approval once, in its last minute.
+    extended_at = models.DateTimeField(null=True, blank=True)
+    extended_by = models.ForeignKey(
+        Principal, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
 
     class Meta:
         constraints = [
@@ -73,3 +82,50 @@ class Approval(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.status == ApprovalStatus.PENDING
+
+
+class WebhookEvent(models.TextChoices):
+    APPROVAL_REQUESTED = "approval.requested"
+    APPROVAL_DECIDED = "approval.decided"
+
+
+class Webhook(models.Model):
+    """An HTTPS endpoint of a tenant that hears about approvals (HMAC-SHA256 signed)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="webhooks")
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=128)  # the signing key, shown once at creation
+    events = models.JSONField(default=list)  # subset of WebhookEvent values
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self):
+        return self.url
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending"  # waiting for its (next) attempt
+    DELIVERED = "delivered"  # the endpoint answered 2xx
+    FAILED = "failed"  # gave up after the last attempt
+
+
+class WebhookDelivery(models.Model):
+    """One event for one endpoint, with every attempt's outcome summarised."""
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.CharField(max_length=64)
+    delivery_id = models.CharField(max_length=40, unique=True, default=new_delivery_id)
+    payload = models.JSONField()
+    status = models.CharField(
+        max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_status_code = models.PositiveIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "next_attempt_at"], name="webhook_due")]
+        ordering = ["created_at", "id"]
