@@ -1,0 +1,454 @@
+"""The write primitives every way into a run shares (events, RunState snapshots, outcomes).
+
+A `RunWrites` is the unit of work for one run inside one transaction: the primitives change the
+run in memory and queue their rows; `flush()` writes them with a handful of bulk statements,
+saves the run once and publishes one `run_changed` on commit. Every primitive also works alone
+(`writes=None`): it then makes its own unit and flushes it at once.
+
+The caller holds the transaction (and, for a run that exists, its row lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from django.db import connection, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from console import realtime
+from console.errors import Forbidden
+from console.models import Principal, Tenant
+from console.services import _get_or_create, principal_ensure
+from runs.models import (
+    VERDICT_SEVERITY,
+    Agent,
+    AgentVersion,
+    Conversation,
+    Handoff,
+    Message,
+    Run,
+    RunStatus,
+    Step,
+    ToolResult,
+    UsageDaily,
+    Verdict,
+)
+
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cost_minor_units")
+
+
+def usage_zero() -> dict:
+    return dict.fromkeys(USAGE_FIELDS, 0)
+
+
+# --- the directory of a run: agents, conversations, principals (registered on first sight) ---
+
+
+def agent_ensure(*, tenant: Tenant, external_id: str, version: int | None = None) -> Agent:
+    agent, _ = _get_or_create(Agent, tenant=tenant, external_id=external_id)
+    if version is not None:
+        _get_or_create(AgentVersion, agent=agent, version=version)
+    return agent
+
+
+def conversation_ensure(*, tenant: Tenant, external_id: str | None) -> Conversation | None:
+    if not external_id:
+        return None
+    conversation, _ = _get_or_create(Conversation, tenant=tenant, external_id=external_id)
+    return conversation
+
+
+def principal(*, tenant: Tenant, external_id: str | None) -> Principal | None:
+    """The run's principal, registered on first sight; a deactivated one is Forbidden."""
+    if not external_id:
+        return None
+    found = principal_ensure(tenant=tenant, external_id=external_id)
+    if not found.is_active:
+        raise Forbidden(
+            f"principal '{external_id}' has been deactivated by an admin",
+            code="principal_deactivated",
+        )
+    return found
+
+
+# --- the unit of work ---
+
+
+class RunWrites:
+    """Pending writes of one run; `flush()` applies them in a few statements."""
+
+    def __init__(self, run: Run):
+        self.run = run
+        self.what: set[str] = set()
+        self.dirty: set[str] = set()
+        self.steps: dict[int, Step] = {}  # every step touched, by number
+        self.new_steps: set[int] = set()
+        self.messages: list[Message] = []
+        self.tool_results: list[ToolResult] = []
+        self.handoffs: list[Handoff] = []
+        self.verdicts: list[Verdict] = []
+        self.usage: dict[tuple, list[int]] = {}  # (day, principal, agent, model) -> deltas
+        self._next_message: int | None = None
+        self._next_handoff: int | None = None
+
+    def touch(self, *fields: str, what: str | None = None) -> None:
+        self.dirty.update(fields)
+        if what:
+            self.what.add(what)
+
+    # Steps are loaded once per unit; `preload_steps` fetches many in one query.
+    def preload_steps(self, numbers) -> None:
+        wanted = {n for n in numbers if n not in self.steps}
+        if wanted and self.run.pk:
+            for step in Step.objects.filter(run=self.run, number__in=wanted):
+                self.steps[step.number] = step
+
+    def step(self, number: int, *, agent_id: str | None = None) -> Step:
+        if number not in self.steps:
+            self.preload_steps([number])
+        if number not in self.steps:
+            self.steps[number] = Step(
+                run=self.run, number=number, agent_id=agent_id or self.run.current_agent_id
+            )
+            self.new_steps.add(number)
+        return self.steps[number]
+
+    def next_message_position(self) -> int:
+        if self._next_message is None:
+            held = Message.objects.filter(run=self.run).aggregate(m=Max("position"))["m"]
+            self._next_message = 0 if held is None else held + 1
+        position = self._next_message
+        self._next_message += 1
+        return position
+
+    def next_handoff_position(self) -> int:
+        if self._next_handoff is None:
+            held = Handoff.objects.filter(run=self.run).aggregate(m=Max("position"))["m"]
+            self._next_handoff = 0 if held is None else held + 1
+        position = self._next_handoff
+        self._next_handoff += 1
+        return position
+
+    def add_usage(self, *, day, agent_id: str, model: str, usage: dict, steps: int) -> None:
+        principal_id = self.run.principal.external_id if self.run.principal_id else ""
+        key = (day, principal_id, agent_id or "", model or "")
+        row = self.usage.setdefault(key, [0, 0, 0, 0])
+        for i, field in enumerate(USAGE_FIELDS):
+            row[i] += usage.get(field, 0)
+        row[3] += steps
+
+    def flush(self) -> None:
+        run = self.run
+        if self.new_steps:
+            Step.objects.bulk_create([self.steps[n] for n in sorted(self.new_steps)])
+        changed = [s for n, s in self.steps.items() if n not in self.new_steps]
+        if changed:
+            Step.objects.bulk_update(changed, STEP_UPDATE_FIELDS)
+        for rows in (self.messages, self.tool_results, self.handoffs, self.verdicts):
+            if rows:
+                type(rows[0]).objects.bulk_create(rows)
+        _usage_daily_add(tenant_id=run.tenant_id, rows=self.usage)
+        if self.dirty:
+            run.updated_at = timezone.now()
+            run.save(update_fields=sorted(self.dirty | {"updated_at"}))
+        if self.what:
+            realtime.run_changed(run=run, what=sorted(self.what))
+        self.__init__(run)
+
+
+STEP_UPDATE_FIELDS = [
+    "agent_id",
+    "model",
+    *USAGE_FIELDS,
+    "finish_reason",
+    "trace_id",
+    "started_at",
+    "finished_at",
+]
+
+
+@contextlib.contextmanager
+def _unit(run: Run, writes: RunWrites | None):
+    if writes is not None:
+        yield writes
+        return
+    with transaction.atomic():
+        unit = RunWrites(run)
+        yield unit
+        unit.flush()
+
+
+def _usage_daily_add(*, tenant_id: int, rows: dict) -> None:
+    """Add usage deltas to the daily rollup: one upsert statement (PostgreSQL and SQLite)."""
+    if not rows:
+        return
+    table = connection.ops.quote_name(UsageDaily._meta.db_table)
+    columns = "tenant_id, day, principal_id, agent_id, model, " + ", ".join(USAGE_FIELDS)
+    columns += ", steps"
+    values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
+    params = []
+    for (day, principal_id, agent_id, model), deltas in rows.items():
+        params += [tenant_id, day, principal_id, agent_id, model, *deltas]
+    adds = ", ".join(f"{f} = {table}.{f} + excluded.{f}" for f in (*USAGE_FIELDS, "steps"))
+    # Identifiers come from the model; every value is a parameter.
+    sql = f"INSERT INTO {table} ({columns}) VALUES {values} "  # noqa: S608
+    sql += f"ON CONFLICT (tenant_id, day, principal_id, agent_id, model) DO UPDATE SET {adds}"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def usage_day(*, tenant: Tenant, at: datetime):
+    """The rollup day of a moment: the date in the tenant's time zone."""
+    try:
+        zone = ZoneInfo(tenant.time_zone or "UTC")
+    except (KeyError, ValueError):
+        zone = ZoneInfo("UTC")
+    return timezone.localtime(at, zone).date()
+
+
+# --- the primitives ---
+
+
+def step_start(
+    *,
+    run: Run,
+    step: int,
+    agent_id: str,
+    model: str | None = None,
+    started_at: datetime | None = None,
+    writes: RunWrites | None = None,
+) -> Step:
+    """A new step (or the same step seen again): `currentAgentId` = agent_id."""
+    with _unit(run, writes) as w:
+        row = w.step(step, agent_id=agent_id)
+        row.agent_id = agent_id
+        row.model = model or row.model
+        if started_at:
+            row.started_at = started_at
+        run.current_agent_id = agent_id
+        run.steps = max(run.steps, step)
+        w.touch("current_agent_id", "steps", what="steps")
+        return row
+
+
+def step_finish_usage(
+    *,
+    run: Run,
+    step: int,
+    model: str | None,
+    usage: dict,
+    finish_reason: str | None = None,
+    trace_id: str | None = None,
+    finished_at: datetime | None = None,
+    writes: RunWrites | None = None,
+) -> Step:
+    """A step's usage, added to the run, its model and the daily rollup exactly once.
+
+    A step reported finished again (a snapshot, a corrected event) replaces its earlier
+    figures: only the difference reaches the totals.
+    """
+    finished_at = finished_at or timezone.now()
+    with _unit(run, writes) as w:
+        row = w.step(step)
+        if row.finished_at is not None:  # withdraw what this step counted before
+            old = {f: -getattr(row, f) for f in USAGE_FIELDS}
+            _usage_apply(w, row=row, model=row.model, usage=old, steps=-1)
+        row.model = model or row.model
+        for field in USAGE_FIELDS:
+            setattr(row, field, int(usage.get(field, 0) or 0))
+        row.finish_reason = finish_reason
+        row.trace_id = trace_id
+        row.finished_at = finished_at
+        new = {f: getattr(row, f) for f in USAGE_FIELDS}
+        _usage_apply(w, row=row, model=row.model, usage=new, steps=1)
+        run.steps = max(run.steps, step)
+        if trace_id and trace_id not in run.trace_ids:
+            run.trace_ids = [*run.trace_ids, trace_id]
+        w.touch(*USAGE_FIELDS, "usage_by_model", "steps", "trace_ids", what="usage")
+        w.what.add("steps")
+        return row
+
+
+def _usage_apply(w: RunWrites, *, row: Step, model: str, usage: dict, steps: int) -> None:
+    run = w.run
+    for field in USAGE_FIELDS:
+        setattr(run, field, getattr(run, field) + usage[field])
+    by_model = dict(run.usage_by_model or {})
+    held = dict(by_model.get(model or "", usage_zero()))
+    for field in USAGE_FIELDS:
+        held[field] = held.get(field, 0) + usage[field]
+    by_model[model or ""] = held
+    run.usage_by_model = by_model
+    day = usage_day(tenant=run.tenant, at=row.finished_at)
+    w.add_usage(day=day, agent_id=row.agent_id, model=model, usage=usage, steps=steps)
+
+
+def messages_append(
+    *, run: Run, messages: list[dict], step: int | None = None, writes: RunWrites | None = None
+) -> list[Message]:
+    """Append messages (`role`, `content`, `tool_calls`, `tool_call_id`) in order."""
+    with _unit(run, writes) as w:
+        rows = [
+            Message(
+                run=run,
+                position=w.next_message_position(),
+                step=m.get("step", step),
+                role=m["role"],
+                content=m["content"],
+                tool_calls=m.get("tool_calls"),
+                tool_call_id=m.get("tool_call_id"),
+                created_at=m.get("at") or timezone.now(),
+            )
+            for m in messages
+        ]
+        w.messages.extend(rows)
+        w.what.add("messages")
+        return rows
+
+
+def tool_result_record(
+    *,
+    run: Run,
+    step: int | None,
+    tool_call_id: str,
+    tool_name: str,
+    result,
+    is_error: bool,
+    at: datetime | None = None,
+    writes: RunWrites | None = None,
+) -> ToolResult:
+    with _unit(run, writes) as w:
+        row = ToolResult(
+            run=run,
+            step=step,
+            tool_call_id=tool_call_id,
+            tool_name=tool_name,
+            result=result,
+            is_error=is_error,
+            created_at=at or timezone.now(),
+        )
+        w.tool_results.append(row)
+        w.what.add("tool_results")
+        return row
+
+
+def handoff_record(
+    *,
+    run: Run,
+    step: int | None,
+    to_agent_id: str,
+    from_agent_id: str = "",
+    child_run_id: str | None = None,
+    returned: bool = False,
+    at: datetime | None = None,
+    writes: RunWrites | None = None,
+) -> Handoff:
+    """A handoff (or its return): recorded, and `currentAgentId` = to_agent_id."""
+    with _unit(run, writes) as w:
+        row = Handoff(
+            run=run,
+            kind=Handoff.Kind.RETURNED if returned else Handoff.Kind.HANDOFF,
+            step=step,
+            from_agent_id=from_agent_id or (run.current_agent_id if returned else ""),
+            to_agent_id=to_agent_id,
+            child_run_id=child_run_id,
+            position=w.next_handoff_position(),
+            created_at=at or timezone.now(),
+        )
+        w.handoffs.append(row)
+        run.current_agent_id = to_agent_id
+        w.touch("current_agent_id", what="handoffs")
+        return row
+
+
+def todos_replace(*, run: Run, todos: list[dict], writes: RunWrites | None = None) -> None:
+    with _unit(run, writes) as w:
+        run.todos = list(todos)
+        w.touch("todos", what="todos")
+
+
+def verdict_record(
+    *,
+    run: Run,
+    turn: str,
+    verdict: str,
+    guard: str = "",
+    reason: str = "",
+    at: datetime | None = None,
+    writes: RunWrites | None = None,
+) -> dict:
+    """Widen-only: the row is always added; the run keeps the most severe verdict per turn
+    (on equal severity, the earlier one stands). Returns the verdict the turn now holds."""
+    with _unit(run, writes) as w:
+        w.verdicts.append(
+            Verdict(
+                run=run,
+                turn=turn,
+                verdict=verdict,
+                guard=guard or "",
+                reason=reason or "",
+                created_at=at or timezone.now(),
+            )
+        )
+        held = (run.verdicts or {}).get(turn)
+        if held is None or VERDICT_SEVERITY[verdict] > VERDICT_SEVERITY[held["verdict"]]:
+            held = {"verdict": verdict, "guard": guard or "", "reason": reason or ""}
+            run.verdicts = {**(run.verdicts or {}), turn: held}
+            w.touch("verdicts")
+        w.what.add("verdicts")
+        return held
+
+
+def taint_replace(*, run: Run, taint_summary: dict | None, writes: RunWrites | None = None):
+    with _unit(run, writes) as w:
+        run.taint_summary = taint_summary
+        w.touch("taint_summary", what="taint")
+
+
+def run_status_set(*, run: Run, status: str, writes: RunWrites | None = None) -> None:
+    with _unit(run, writes) as w:
+        if run.status != status:
+            run.status = status
+            w.touch("status", what="status")
+
+
+def run_finish(
+    *,
+    run: Run,
+    status: str,
+    result=None,
+    ended_by_tool: str | None = None,
+    finish_reason: str | None = None,
+    usage_denied=None,
+    error: dict | None = None,
+    finished_at: datetime | None = None,
+    writes: RunWrites | None = None,
+) -> None:
+    """The run ends: its fields are set and its pending approvals become `cancelled`."""
+    from approvals.services.requests import approvals_cancel_pending
+
+    if status not in (RunStatus.DONE, RunStatus.ABORTED, RunStatus.FAILED):
+        raise ValueError(f"not a finished status: {status}")
+    with _unit(run, writes) as w:
+        run.status = status
+        run.result = result
+        run.ended_by_tool = ended_by_tool
+        run.finish_reason = finish_reason
+        run.usage_denied = usage_denied
+        run.error = error
+        run.finished_at = finished_at or timezone.now()
+        w.touch(
+            "status",
+            "result",
+            "ended_by_tool",
+            "finish_reason",
+            "usage_denied",
+            "error",
+            "finished_at",
+            what="status",
+        )
+        if approvals_cancel_pending(run=run):
+            w.what.add("approvals")

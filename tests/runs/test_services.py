@@ -1,0 +1,125 @@
+"""The shared write primitives (runs/services/common.py) and the ingest services."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from approvals.models import Approval
+from approvals.services.requests import approvals_cancel_pending, approvals_request
+from console.errors import Conflict, Forbidden
+from runs.models import Handoff, Message, Step, UsageDaily, Verdict
+from runs.services import common
+from tests.factories import RunFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def run(tenant_a):
+    return RunFactory(tenant=tenant_a, external_id="run_1", principal__external_id="alice")
+
+
+def usage(i, o, c):
+    return {"input_tokens": i, "output_tokens": o, "cost_minor_units": c}
+
+
+def test_step_finish_usage_adds_to_run_model_and_daily_rollup_once(run):
+    at = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+    common.step_start(run=run, step=1, agent_id="bot", model="m-a")
+    common.step_finish_usage(run=run, step=1, model="m-a", usage=usage(10, 5, 3), finished_at=at)
+    common.step_finish_usage(run=run, step=2, model="m-b", usage=usage(1, 2, 4), finished_at=at)
+    run.refresh_from_db()
+    assert (run.input_tokens, run.output_tokens, run.cost_minor_units) == (11, 7, 7)
+    assert run.usage_by_model == {"m-a": usage(10, 5, 3), "m-b": usage(1, 2, 4)}
+    rows = UsageDaily.objects.filter(tenant=run.tenant).order_by("model")
+    assert [(r.model, r.principal_id, r.input_tokens, r.steps) for r in rows] == [
+        ("m-a", "alice", 10, 1),
+        ("m-b", "alice", 1, 1),
+    ]
+    assert rows[0].day.isoformat() == "2026-12-02"
+
+
+def test_step_reported_finished_again_counts_only_the_difference(run):
+    at = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+    common.step_finish_usage(run=run, step=1, model="m-a", usage=usage(10, 5, 3), finished_at=at)
+    common.step_finish_usage(run=run, step=1, model="m-a", usage=usage(12, 5, 3), finished_at=at)
+    run.refresh_from_db()
+    assert run.input_tokens == 12
+    assert run.usage_by_model["m-a"]["input_tokens"] == 12
+    row = UsageDaily.objects.get(tenant=run.tenant)
+    assert (row.input_tokens, row.steps) == (12, 1)
+
+
+def test_verdicts_widen_only_and_rows_are_only_added(run):
+    common.verdict_record(run=run, turn="1:0", verdict="flagged", guard="pii", reason="email")
+    common.verdict_record(run=run, turn="1:0", verdict="allowed", guard="pii", reason="ok")
+    assert run.verdicts["1:0"]["verdict"] == "flagged"
+    common.verdict_record(run=run, turn="1:0", verdict="blocked", guard="pii", reason="ssn")
+    run.refresh_from_db()
+    assert run.verdicts == {"1:0": {"verdict": "blocked", "guard": "pii", "reason": "ssn"}}
+    assert Verdict.objects.filter(run=run).count() == 3
+
+
+def test_messages_append_in_order_across_calls(run):
+    common.messages_append(run=run, messages=[{"role": "user", "content": "hi"}], step=1)
+    common.messages_append(
+        run=run,
+        messages=[{"role": "assistant", "content": [{"type": "text", "text": "yo"}]}],
+        step=1,
+    )
+    assert list(Message.objects.filter(run=run).values_list("position", "role")) == [
+        (0, "user"),
+        (1, "assistant"),
+    ]
+
+
+def test_handoff_moves_and_return_restores_current_agent(run):
+    common.handoff_record(run=run, step=1, from_agent_id="bot", to_agent_id="billing")
+    assert run.current_agent_id == "billing"
+    common.handoff_record(run=run, step=2, to_agent_id="bot", returned=True)
+    run.refresh_from_db()
+    assert run.current_agent_id == "bot"
+    assert list(Handoff.objects.filter(run=run).values_list("kind", "from_agent_id")) == [
+        ("handoff", "bot"),
+        ("returned", "billing"),
+    ]
+
+
+def test_approvals_request_in_order_then_run_finish_cancels(
+    run, django_capture_on_commit_callbacks
+):
+    calls = [
+        {"tool_call_id": "c2", "tool_name": "b", "arguments": {}},
+        {"tool_call_id": "c1", "tool_name": "a", "arguments": {"x": 1}},
+    ]
+    with django_capture_on_commit_callbacks() as callbacks:
+        rows = approvals_request(run=run, step=1, calls=calls)
+    assert callbacks, "approvals_changed is published on commit"
+    run.refresh_from_db()
+    assert run.status == "awaiting_approval"
+    assert [a.tool_call_id for a in Approval.objects.filter(run=run)] == ["c2", "c1"]
+    ttl = run.tenant.approval_ttl_seconds
+    assert (rows[0].expires_at - rows[0].requested_at).total_seconds() == ttl
+    with pytest.raises(Conflict):
+        approvals_request(run=run, step=2, calls=calls[:1])
+    common.run_finish(run=run, status="done", result={"text": "bye"})
+    run.refresh_from_db()
+    assert run.status == "done" and run.finished_at is not None
+    assert set(Approval.objects.filter(run=run).values_list("status", flat=True)) == {"cancelled"}
+    assert approvals_cancel_pending(run=run) == []
+
+
+def test_deactivated_principal_is_forbidden(tenant_a):
+    common.principal(tenant=tenant_a, external_id="bob")
+    from console.models import Principal
+
+    Principal.objects.filter(external_id="bob").update(is_active=False)
+    with pytest.raises(Forbidden):
+        common.principal(tenant=tenant_a, external_id="bob")
+
+
+def test_step_start_sets_current_agent_and_step_count(run):
+    common.step_start(run=run, step=3, agent_id="planner", model="m")
+    run.refresh_from_db()
+    assert (run.current_agent_id, run.steps) == ("planner", 3)
+    assert Step.objects.get(run=run, number=3).model == "m"
