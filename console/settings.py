@@ -110,6 +110,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "template_partials",
+    "django_simple_bulma",
     "console",
     "runs",
     "approvals",
@@ -184,6 +185,14 @@ STATIC_ROOT = VAR_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 # Static files are served straight from the finders, so a deployment needs no collectstatic.
 WHITENOISE_USE_FINDERS = True
+# Bulma comes from django-simple-bulma: its finder compiles the CSS (libsass) when WhiteNoise
+# lists the finders at start-up, so there is still no collectstatic step.
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "django_simple_bulma.finders.SimpleBulmaFinder",
+]
+BULMA_SETTINGS = {"extensions": [], "output_style": "compressed"}
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # The API's body limit (the contract's 413 default: 2 MiB).

@@ -1,12 +1,16 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from console import views
 from console.api import api
 
 urlpatterns = [
     path("api/v1/", api.urls),
     path("django-admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("", views.home, name="home"),
+    path("budgets/", views.budgets, name="budgets"),
+    path("manage/", views.manage, name="manage"),
     path("", include("runs.urls")),
     path("", include("approvals.urls")),
 ]
