@@ -86,6 +86,7 @@ class RunWrites:
         self.dirty: set[str] = set()
         self.steps: dict[int, Step] = {}  # every step touched, by number
         self.new_steps: set[int] = set()
+        self._looked_up: set[int] = set()  # step numbers already asked of the database
         self.messages: list[Message] = []
         self.tool_results: list[ToolResult] = []
         self.handoffs: list[Handoff] = []
@@ -101,7 +102,8 @@ class RunWrites:
 
     # Steps are loaded once per unit; `preload_steps` fetches many in one query.
     def preload_steps(self, numbers) -> None:
-        wanted = {n for n in numbers if n not in self.steps}
+        wanted = {n for n in numbers if n not in self.steps and n not in self._looked_up}
+        self._looked_up |= wanted
         if wanted and self.run.pk:
             for step in Step.objects.filter(run=self.run, number__in=wanted):
                 self.steps[step.number] = step

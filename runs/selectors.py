@@ -1,0 +1,123 @@
+"""Reads of runs: the contract's run resource and the keyset-paginated run list."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections import defaultdict
+from datetime import datetime
+
+from django.db.models import Q
+
+from approvals.models import Approval, ApprovalStatus
+from approvals.schemas import approval_resource
+from console import access
+from console.errors import Invalid
+from runs.models import Run
+
+RUN_RELATED = ("agent", "principal", "conversation")
+
+
+def run_resource(*, run: Run, pending: list[Approval] | None = None) -> dict:
+    """The run resource (snake_case; runs.schemas.RunOut maps it to the wire)."""
+    if pending is None:
+        pending = list(_pending_of([run.pk]).get(run.pk, []))
+    return {
+        "id": run.external_id,
+        "agent_id": run.agent.external_id,
+        "agent_version": run.agent_version,
+        "current_agent_id": run.current_agent_id,
+        "principal_id": run.principal.external_id if run.principal_id else None,
+        "role_ids": run.role_ids,
+        "conversation_id": run.conversation.external_id if run.conversation_id else None,
+        "parent_run_id": run.parent_run_id,
+        "status": run.status,
+        "input": run.input,
+        "limits": run.limits or {},
+        "usage": run.usage,
+        "usage_by_model": run.usage_by_model or {},
+        "steps": run.steps,
+        "last_seq": run.last_seq,
+        "todos": run.todos or [],
+        "verdicts": run.verdicts or {},
+        "taint_summary": run.taint_summary,
+        "pending_calls": [approval_resource(a, run_id=run.external_id) for a in pending],
+        "result": run.result,
+        "ended_by_tool": run.ended_by_tool,
+        "finish_reason": run.finish_reason,
+        "usage_denied": run.usage_denied,
+        "error": run.error,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+    }
+
+
+def _pending_of(run_pks: list[int]) -> dict[int, list[Approval]]:
+    by_run: dict[int, list[Approval]] = defaultdict(list)
+    qs = Approval.objects.filter(run_id__in=run_pks, status=ApprovalStatus.PENDING)
+    for approval in qs.select_related("decided_by").order_by("position", "id"):
+        by_run[approval.run_id].append(approval)
+    return by_run
+
+
+def run_get(*, viewer, run_id: str) -> dict:
+    run = access.run_for(viewer=viewer, run_id=run_id)
+    run = Run.objects.select_related(*RUN_RELATED).get(pk=run.pk)
+    return run_resource(run=run)
+
+
+# --- the list: newest first, keyset pagination on (started_at, id) ---
+
+
+def cursor_encode(run: Run) -> str:
+    raw = json.dumps([run.started_at.isoformat(), run.pk]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def cursor_decode(cursor: str) -> tuple[datetime, int]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        started, pk = json.loads(raw)
+        started_at = datetime.fromisoformat(started)
+        if not isinstance(pk, int) or started_at.tzinfo is None:
+            raise ValueError
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        raise Invalid(
+            "the cursor is not one this server issued",
+            code="validation_error",
+            details=[{"path": "query.cursor", "message": "invalid cursor"}],
+        ) from None
+    return started_at, pk
+
+
+def runs_list(
+    *,
+    viewer,
+    principal_id: str | None = None,
+    conversation_id: str | None = None,
+    agent_id: str | None = None,
+    status: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> dict:
+    qs = access.runs_visible_to(viewer=viewer).select_related(*RUN_RELATED)
+    if principal_id is not None:
+        qs = qs.filter(principal__external_id=principal_id)
+    if conversation_id is not None:
+        qs = qs.filter(conversation__external_id=conversation_id)
+    if agent_id is not None:
+        qs = qs.filter(agent__external_id=agent_id)
+    if status is not None:
+        qs = qs.filter(status=status)
+    if cursor:
+        started_at, pk = cursor_decode(cursor)
+        qs = qs.filter(Q(started_at__lt=started_at) | Q(started_at=started_at, id__lt=pk))
+    runs = list(qs.order_by("-started_at", "-id")[: limit + 1])
+    more = len(runs) > limit
+    runs = runs[:limit]
+    pending = _pending_of([r.pk for r in runs])
+    return {
+        "items": [run_resource(run=r, pending=pending.get(r.pk, [])) for r in runs],
+        "next_cursor": cursor_encode(runs[-1]) if more else None,
+    }

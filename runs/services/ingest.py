@@ -1,0 +1,317 @@
+"""Ingest over the wire: admitting runs and applying event batches (the contract's seq rules).
+
+A batch is one transaction under the run's row lock: its RunEvent rows go in with one bulk
+insert, its effects are gathered by a `RunWrites` and written with a few bulk statements, and
+one `run_changed` is published on commit. A batch that fails writes nothing.
+"""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from approvals.services.requests import approvals_request
+from console import realtime
+from console.errors import Conflict, Invalid
+from console.models import Tenant
+from runs import schemas as s
+from runs.models import Run, RunEvent, RunStatus
+from runs.services import common
+from runs.services.common import RunWrites
+
+
+def _wire(model) -> dict:
+    """The normalized wire form of a body: what is stored and compared for idempotency."""
+    return model.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+# --- admission ---
+
+
+@transaction.atomic
+def run_admit(*, tenant: Tenant, body: s.NewRunIn) -> tuple[Run, bool]:
+    """Admit a run: (run, True) when new, (run, False) for an identical replay.
+
+    The same id with a different body is a Conflict naming the fields that differ. A run the
+    console first saw through a snapshot (no admission yet) adopts this admission.
+    """
+    wire = _wire(body)
+    principal = common.principal(tenant=tenant, external_id=body.principal_id)
+    run = _run_locked(tenant_id=tenant.pk, run_id=body.id)
+    if run is None:
+        try:
+            with transaction.atomic():
+                return _run_create(tenant=tenant, body=body, wire=wire, principal=principal), True
+        except IntegrityError:  # a concurrent admission of the same id won the insert
+            run = _run_locked(tenant_id=tenant.pk, run_id=body.id)
+    if run.admission is None:
+        _admission_adopt(run=run, body=body, wire=wire, principal=principal)
+    elif run.admission != wire:
+        differs = sorted(
+            k for k in wire.keys() | run.admission.keys() if wire.get(k) != run.admission.get(k)
+        )
+        raise Conflict(
+            f"run '{body.id}' was admitted with a different body",
+            code="run_exists",
+            details={"differs": differs, "held": run.admission},
+        )
+    return run, False
+
+
+def _run_locked(*, tenant_id: int, run_id: str) -> Run | None:
+    qs = Run.objects.select_for_update(of=("self",)).select_related("tenant", "principal")
+    return qs.filter(tenant_id=tenant_id, external_id=run_id).first()
+
+
+def _run_create(*, tenant, body: s.NewRunIn, wire: dict, principal) -> Run:
+    run = Run.objects.create(
+        tenant=tenant,
+        external_id=body.id,
+        agent=common.agent_ensure(
+            tenant=tenant, external_id=body.agent_id, version=body.agent_version
+        ),
+        agent_version=body.agent_version,
+        current_agent_id=body.agent_id,
+        principal=principal,
+        role_ids=list(body.role_ids),
+        conversation=common.conversation_ensure(tenant=tenant, external_id=body.conversation_id),
+        parent_run_id=body.parent_run_id,
+        input=wire.get("input"),
+        limits=wire.get("limits") or {},
+        admission=wire,
+        started_at=body.started_at or timezone.now(),
+    )
+    realtime.run_changed(run=run, what=["created"])
+    return run
+
+
+def _admission_adopt(*, run: Run, body: s.NewRunIn, wire: dict, principal) -> None:
+    """A run first fed by a snapshot takes the admission's principal, version and limits."""
+    tenant = run.tenant
+    run.admission = wire
+    run.agent_version = body.agent_version
+    common.agent_ensure(tenant=tenant, external_id=body.agent_id, version=body.agent_version)
+    run.principal = run.principal or principal
+    run.role_ids = list(body.role_ids)
+    run.conversation = run.conversation or common.conversation_ensure(
+        tenant=tenant, external_id=body.conversation_id
+    )
+    run.parent_run_id = run.parent_run_id or body.parent_run_id
+    run.input = wire.get("input", run.input)
+    run.limits = wire.get("limits") or run.limits
+    run.save()
+    realtime.run_changed(run=run, what=["header"])
+
+
+# --- events ---
+
+
+@transaction.atomic
+def run_events_apply(*, run: Run, events: list) -> int:
+    """Apply a batch of validated events (runs.schemas.Event); returns the run's lastSeq."""
+    _check_contiguous(events)
+    run = _run_locked(tenant_id=run.tenant_id, run_id=run.external_id)
+    if events[0].seq > run.last_seq + 1:
+        raise Conflict(
+            f"the batch starts at seq {events[0].seq} but the run holds up to {run.last_seq}",
+            code="seq_gap",
+            details={"expectedSeq": run.last_seq + 1, "lastSeq": run.last_seq},
+        )
+    wires = [_wire(e) for e in events]
+    held = sum(1 for e in events if e.seq <= run.last_seq)
+    _check_replayed(run=run, events=events[:held], wires=wires[:held])
+    if held == len(events):
+        return run.last_seq  # a retried batch: harmless
+    _apply_new(run=run, events=events[held:], wires=wires[held:])
+    return run.last_seq
+
+
+def _check_contiguous(events: list) -> None:
+    for i in range(1, len(events)):
+        if events[i].seq != events[i - 1].seq + 1:
+            raise Invalid(
+                "seqs within a batch must increase by one",
+                code="validation_error",
+                details=[
+                    {
+                        "path": f"events.{i}.seq",
+                        "message": f"expected {events[i - 1].seq + 1}, got {events[i].seq}",
+                    }
+                ],
+            )
+
+
+def _check_replayed(*, run: Run, events: list, wires: list) -> None:
+    """Events at seqs the server holds must be identical to what it holds."""
+    if not events:
+        return
+    held = dict(
+        RunEvent.objects.filter(
+            run=run, seq__gte=events[0].seq, seq__lte=events[-1].seq
+        ).values_list("seq", "data")
+    )
+    for event, wire in zip(events, wires, strict=True):
+        if held.get(event.seq) != wire:
+            raise Conflict(
+                f"a different event is held at seq {event.seq}",
+                code="seq_conflict",
+                details={"seq": event.seq, "held": held.get(event.seq)},
+            )
+
+
+def _apply_new(*, run: Run, events: list, wires: list) -> None:
+    if run.is_finished:
+        _finished_conflict(run=run, seq=events[0].seq)
+    now = timezone.now()
+    RunEvent.objects.bulk_create(
+        [
+            RunEvent(run=run, seq=e.seq, type=e.type, data=w, at=e.at or now)
+            for e, w in zip(events, wires, strict=True)
+        ]
+    )
+    run.last_seq = events[-1].seq  # before the effects, so their live updates carry it
+    writes = RunWrites(run)
+    writes.touch("last_seq", what="events")
+    writes.preload_steps({e.step for e in events if getattr(e, "step", None)})
+    for event, wire in zip(events, wires, strict=True):
+        if run.is_finished:
+            _finished_conflict(run=run, seq=event.seq)
+        EFFECTS[event.type](run, event, wire, writes)
+    writes.flush()
+
+
+def _finished_conflict(*, run: Run, seq: int):
+    raise Conflict(
+        f"run '{run.external_id}' has finished; seq {seq} is a new event",
+        code="run_finished",
+        details={"status": run.status, "lastSeq": run.last_seq},
+    )
+
+
+# --- the effects table of the contract: one function per event type ---
+
+
+def _step_started(run, e: s.StepStarted, wire, w: RunWrites):
+    common.step_start(
+        run=run, step=e.step, agent_id=e.agent_id, model=e.model, started_at=e.at, writes=w
+    )
+    if run.status == RunStatus.AWAITING_APPROVAL:  # a new step: the run has resumed
+        common.run_status_set(run=run, status=RunStatus.RUNNING, writes=w)
+
+
+def _message(run, e: s.MessageEvent, wire, w: RunWrites):
+    message = wire["message"]
+    common.messages_append(
+        run=run,
+        step=e.step,
+        messages=[
+            {
+                "role": message["role"],
+                "content": message["content"],
+                "tool_calls": message.get("toolCalls"),
+                "tool_call_id": message.get("toolCallId"),
+                "at": e.at,
+            }
+        ],
+        writes=w,
+    )
+
+
+def _tool_result(run, e: s.ToolResultEvent, wire, w: RunWrites):
+    common.tool_result_record(
+        run=run,
+        step=e.step,
+        tool_call_id=e.tool_call_id,
+        tool_name=e.tool_name,
+        result=wire.get("result"),
+        is_error=e.is_error,
+        at=e.at,
+        writes=w,
+    )
+
+
+def _step_finished(run, e: s.StepFinished, wire, w: RunWrites):
+    common.step_finish_usage(
+        run=run,
+        step=e.step,
+        model=e.model,
+        usage=e.usage.model_dump(),
+        finish_reason=e.finish_reason,
+        trace_id=e.trace_id,
+        finished_at=e.at,
+        writes=w,
+    )
+
+
+def _approval_requested(run, e: s.ApprovalRequested, wire, w: RunWrites):
+    calls = [c.model_dump() for c in e.calls]
+    for call, raw in zip(calls, wire["calls"], strict=True):
+        call["arguments"] = raw.get("arguments")
+    approvals_request(run=run, step=e.step, calls=calls, requested_at=e.at, writes=w)
+
+
+def _handoff(run, e: s.HandoffEvent, wire, w: RunWrites):
+    common.handoff_record(
+        run=run,
+        step=e.step,
+        from_agent_id=e.from_agent_id,
+        to_agent_id=e.to_agent_id,
+        child_run_id=e.child_run_id,
+        at=e.at,
+        writes=w,
+    )
+
+
+def _handoff_returned(run, e: s.HandoffReturned, wire, w: RunWrites):
+    common.handoff_record(
+        run=run, step=e.step, to_agent_id=e.to_agent_id, returned=True, at=e.at, writes=w
+    )
+
+
+def _todos_updated(run, e: s.TodosUpdated, wire, w: RunWrites):
+    common.todos_replace(run=run, todos=wire["todos"], writes=w)
+
+
+def _verdict(run, e: s.VerdictEvent, wire, w: RunWrites):
+    common.verdict_record(
+        run=run,
+        turn=e.turn,
+        verdict=e.verdict,
+        guard=e.guard,
+        reason=e.reason,
+        at=e.at,
+        writes=w,
+    )
+
+
+def _taint_updated(run, e: s.TaintUpdated, wire, w: RunWrites):
+    common.taint_replace(run=run, taint_summary=wire["taintSummary"], writes=w)
+
+
+def _run_finished(run, e: s.RunFinished, wire, w: RunWrites):
+    common.run_finish(
+        run=run,
+        status=e.status,
+        result=wire.get("result"),
+        ended_by_tool=e.ended_by_tool,
+        finish_reason=e.finish_reason,
+        usage_denied=wire.get("usageDenied"),
+        error=wire.get("error"),
+        finished_at=e.at,
+        writes=w,
+    )
+
+
+EFFECTS = {
+    "step.started": _step_started,
+    "message": _message,
+    "tool.result": _tool_result,
+    "step.finished": _step_finished,
+    "approval.requested": _approval_requested,
+    "handoff": _handoff,
+    "handoff.returned": _handoff_returned,
+    "todos.updated": _todos_updated,
+    "verdict": _verdict,
+    "taint.updated": _taint_updated,
+    "run.finished": _run_finished,
+}
