@@ -1,5 +1,166 @@
-"""Approvals over the wire: decisions for runtimes (long-poll) and deciding with a `decide` key."""
+"""Approvals over the wire: decisions for runtimes (long-poll) and deciding with a `decide` key
+(or a signed-in browser session with CSRF). Handlers only translate."""
 
-from ninja import Router
+import asyncio
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from ninja import Field, Query, Router, Schema
+from ninja.security import APIKeyCookie
+
+from approvals.schemas import ApprovalOut, approval_resource
+from approvals.selectors import (
+    DECISION_RECHECK_SECONDS,
+    approvals_list,
+    decisions_answer,
+    parse_cursor,
+    seconds_to_next_expiry,
+)
+from approvals.services.decisions import UNSET, approval_decide
+from console import access, realtime
+from console.api import decide_auth, ingest_auth
+from console.errors import Forbidden
+from console.schemas import CamelSchema
 
 router = Router(tags=["approvals"])
+
+
+class ErrorBody(Schema):
+    code: str
+    message: str
+    details: Any = None
+
+
+class ErrorOut(Schema):
+    error: ErrorBody
+
+
+def errors(*codes: int) -> dict:
+    return {code: ErrorOut for code in (401, 403, 429, 503, *codes)}
+
+
+class BrowserSession(APIKeyCookie):
+    """A signed-in browser (session cookie + CSRF) acting as its principal. Without a session
+    it steps aside (401 from the key auth); with one, a missing CSRF token is a 403."""
+
+    param_name = settings.SESSION_COOKIE_NAME
+
+    def _get_key(self, request):
+        if not request.user.is_authenticated:
+            return None
+        return super()._get_key(request)
+
+    def authenticate(self, request, key):
+        if key is None:
+            return None
+        principal = access.principal_for_user(request.user)
+        if principal is None:
+            raise Forbidden("this account is not an active principal of any tenant")
+        return principal
+
+
+browser_session = BrowserSession()
+
+
+class DecisionOut(CamelSchema):
+    approval_id: str
+    tool_call_id: str
+    decision: Literal["approved", "denied", "expired"]
+    message: str | None
+    arguments: Any
+    decided_by: str | None
+    decided_at: datetime
+
+
+class DecisionsOut(CamelSchema):
+    complete: bool
+    decisions: list[DecisionOut]
+    pending: list[str]
+    cursor: str
+
+
+class DecisionIn(CamelSchema):
+    decision: Literal["approve", "deny"]
+    message: str | None = None
+    arguments: Any = None
+
+
+class ApprovalListOut(CamelSchema):
+    items: list[ApprovalOut]
+    next_cursor: str | None
+
+
+class ApprovalListQuery(CamelSchema):
+    status: Literal["pending", "approved", "denied", "expired", "cancelled"] | None = None
+    run_id: str | None = None
+    limit: Annotated[int, Field(ge=1, le=200)] = 50
+    cursor: str | None = None
+
+
+async def _wait_for_decisions(*, run, after, wait: float) -> dict:
+    """Answer at once if there is something to say, else hold until a decision or an expiry
+    lands (woken through the channel layer), re-checking the database on a short timer."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    group = realtime.run_group(run.tenant_id, run.external_id)
+    async with realtime.wait_for(group) as woken:
+        while True:
+            final = loop.time() >= deadline
+            answer = await sync_to_async(decisions_answer)(run=run, after=after, deliver=final)
+            if answer is not None:
+                return answer
+            until_expiry = await sync_to_async(seconds_to_next_expiry)(run=run)
+            timeout = min(deadline - loop.time(), DECISION_RECHECK_SECONDS, until_expiry)
+            await woken.wait(max(0.0, timeout))
+
+
+@router.get(
+    "/runs/{run_id}/decisions",
+    auth=ingest_auth,
+    response={200: DecisionsOut, **errors(404, 422)},
+    by_alias=True,
+    summary="The run's decisions for its runtime (long-poll up to `wait` seconds)",
+)
+async def run_decisions(
+    request,
+    run_id: str,
+    wait: Annotated[float, Query(ge=0, le=30)] = 0,
+    after: str | None = None,
+):
+    run = await sync_to_async(access.run_in_tenant)(tenant_id=request.auth.tenant_id, run_id=run_id)
+    cursor = parse_cursor(after)
+    return await _wait_for_decisions(run=run, after=cursor, wait=wait)
+
+
+@router.post(
+    "/approvals/{approval_id}/decision",
+    auth=[decide_auth, browser_session],
+    response={200: ApprovalOut, **errors(404, 409, 413, 422)},
+    by_alias=True,
+    summary="Decide a held call (exactly one decision wins; a decided call answers 409)",
+)
+def approvals_decide(request, approval_id: str, payload: DecisionIn):
+    viewer = request.auth
+    approval = access.approval_for_decider(viewer=viewer, approval_id=approval_id)
+    arguments = payload.arguments if "arguments" in payload.model_fields_set else UNSET
+    approval = approval_decide(
+        approval=approval,
+        viewer=viewer,
+        decision=payload.decision,
+        message=payload.message,
+        arguments=arguments,
+    )
+    return approval_resource(approval)
+
+
+@router.get(
+    "/approvals",
+    auth=decide_auth,
+    response={200: ApprovalListOut, **errors(422)},
+    by_alias=True,
+    summary="Approvals of the key's tenant (oldest first), e.g. ?status=pending",
+)
+def approvals_index(request, filters: Query[ApprovalListQuery]):
+    return approvals_list(viewer=request.auth, **filters.model_dump())

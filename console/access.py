@@ -135,3 +135,45 @@ def approval_for(*, viewer: Viewer, approval_id: str):
     if not (can(viewer, "view_runs") or can(viewer, "decide")):
         raise Forbidden("you may not view approvals")
     return approval
+
+
+def decide_refusal(viewer: Viewer, approval) -> str | None:
+    """Why this viewer may not decide this approval (None: it may). Same tenant assumed.
+
+    A key decides as the principal it is bound to, under that principal's roles.
+    """
+    principal = viewer.principal if isinstance(viewer, ApiKey) else viewer
+    if isinstance(viewer, ApiKey) and not viewer.has_scope("decide"):
+        return "this API key lacks the 'decide' scope"
+    if principal is None or not principal.is_active or not can(principal, "decide"):
+        return "you may not decide approvals"
+    if not can(principal, "decide", approval.tool_name):
+        return f"none of your roles may decide the tool '{approval.tool_name}'"
+    run = approval.run
+    if run.principal_id == principal.pk and not run.tenant.allow_self_approval:
+        return "no one decides a call of a run that is for themselves"
+    return None
+
+
+def may_decide(viewer: Viewer, approval) -> None:
+    """Forbidden unless the viewer may decide this approval; NotFound for another tenant's."""
+    if approval.tenant_id != viewer.tenant_id:
+        raise NotFound(f"no approval '{approval.public_id}'", code="approval_not_found")
+    reason = decide_refusal(viewer, approval)
+    if reason:
+        raise Forbidden(reason, code="may_not_decide")
+
+
+def approval_for_decider(*, viewer: Viewer, approval_id: str):
+    """The approval a decider asks for: NotFound outside its tenant, Forbidden if it may not."""
+    from approvals.models import Approval
+
+    approval = (
+        Approval.objects.select_related("run", "run__tenant")
+        .filter(tenant_id=viewer.tenant_id, public_id=approval_id)
+        .first()
+    )
+    if approval is None:
+        raise NotFound(f"no approval '{approval_id}'", code="approval_not_found")
+    may_decide(viewer, approval)
+    return approval

@@ -75,3 +75,66 @@ def approvals_changed(*, run, approval_ids: list[str], change: str) -> None:
     publish_on_commit(
         [inbox_group(run.tenant_id), run_group(run.tenant_id, run.external_id)], message
     )
+
+
+# Listening (the decisions long-poll). Added for approvals/api.py: an async context manager
+# that hears a group's messages without ever losing its subscription between waits.
+class _Subscription:
+    """`async with wait_for(group) as woken: await woken.wait(timeout)` → True when a message
+    arrived on the group since the last wait. Lossy like the layer: callers re-check the
+    database on a timer, so a lost message only delays. A reader task owns `receive()` (a
+    timed-out receive would drop the pub/sub layer's channel), and waits only on an Event."""
+
+    def __init__(self, group: str):
+        self.group = group
+        self.layer = None
+        self.channel = None
+        self.task = None
+        self.event = None
+
+    async def __aenter__(self):
+        import asyncio
+
+        self.event = asyncio.Event()
+        self.layer = get_channel_layer()
+        if self.layer is None:
+            return self
+        try:
+            self.channel = await self.layer.new_channel()
+            await self.layer.group_add(self.group, self.channel)
+            self.task = asyncio.ensure_future(self._read())
+        except Exception:  # no layer: the timer still answers
+            log.warning("channel layer subscribe to %s failed", self.group, exc_info=True)
+        return self
+
+    async def _read(self):
+        while True:
+            await self.layer.receive(self.channel)
+            self.event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        import asyncio
+
+        try:
+            await asyncio.wait_for(self.event.wait(), timeout)
+        except TimeoutError:
+            return False
+        self.event.clear()
+        return True
+
+    async def __aexit__(self, *exc):
+        import asyncio
+        import contextlib
+
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+        if self.channel is not None:
+            with contextlib.suppress(Exception):
+                await self.layer.group_discard(self.group, self.channel)
+        return False
+
+
+def wait_for(group: str) -> _Subscription:
+    return _Subscription(group)

@@ -1,0 +1,218 @@
+"""Deciding held tool calls: exactly one decision wins.
+
+A decision is one conditional UPDATE (`status='pending'` → decided) plus its AuditEvent, in one
+transaction. The run's row is locked first so that a run's decisions get gap-free, ordered
+cursors (`decision_seq`) and commit in that order; the conditional UPDATE is what picks the
+single winner. A parent's mirrored approval and the parked child's call are decided together.
+"""
+
+from django.db import transaction
+from django.db.models import Max, Q
+from django.utils import timezone
+
+from approvals.models import Approval, ApprovalStatus
+from console import access, realtime
+from console.errors import Conflict, Invalid
+from console.models import ApiKey, Principal
+from console.services import audit
+from runs.models import Run
+
+DECISIONS = {"approve": ApprovalStatus.APPROVED, "deny": ApprovalStatus.DENIED}
+UNSET = object()
+
+
+def _mirror_targets(approval: Approval) -> list[Approval]:
+    """The approvals decided together with this one (a parent's mirror ↔ the child's call)."""
+    try:  # H3's snapshot adapter knows the pairing; until it lands, follow `mirror_of`.
+        from runs.services.snapshots import approval_mirror_targets
+    except ImportError:
+        approval_mirror_targets = None
+    if approval_mirror_targets is not None:
+        return [a for a in approval_mirror_targets(approval) if a.pk != approval.pk]
+    root_id = approval.mirror_of_id or approval.pk
+    group = Approval.objects.select_related("run", "run__tenant")
+    group = group.filter(Q(pk=root_id) | Q(mirror_of_id=root_id)).exclude(pk=approval.pk)
+    return list(group)
+
+
+def _lock_runs(run_ids) -> None:
+    """Lock the runs' rows in primary-key order (no deadlock with ingest, which locks runs)."""
+    list(Run.objects.select_for_update().filter(pk__in=sorted(set(run_ids))).values_list("pk"))
+
+
+def _next_decision_seq(run_id: int) -> int:
+    current = Approval.objects.filter(run_id=run_id).aggregate(m=Max("decision_seq"))["m"]
+    return (current or 0) + 1
+
+
+def _settle_one(approval, *, status, message, arguments, principal, key, now, action) -> bool:
+    """The conditional UPDATE and its audit row. True when this call won."""
+    fields = {
+        "status": status,
+        "decided_by": principal,
+        "decided_via_key": key,
+        "decided_at": now,
+        "message": message,
+        "decided_arguments": arguments,
+        "decision_seq": _next_decision_seq(approval.run_id),
+    }
+    pending = Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING)
+    if status == ApprovalStatus.EXPIRED:
+        pending = pending.filter(expires_at__lte=now)  # not one extended meanwhile
+    else:
+        pending = pending.filter(expires_at__gt=now)  # never approve past expiry
+    if pending.update(**fields) != 1:
+        return False
+    audit(
+        tenant=approval.run.tenant,
+        action=action,
+        object_type="approval",
+        object_id=approval.public_id,
+        principal=principal,
+        key=key,
+        data={
+            "runId": approval.run.external_id,
+            "toolCallId": approval.tool_call_id,
+            "toolName": approval.tool_name,
+            "status": status,
+            "message": message,
+            "argumentsEdited": arguments is not None and arguments != approval.arguments,
+        },
+    )
+    realtime.approvals_changed(run=approval.run, approval_ids=[approval.public_id], change=status)
+    from approvals.services.webhooks import webhooks_approval_decided
+
+    webhooks_approval_decided(approval_id=approval.pk)
+    return True
+
+
+def approval_settle(
+    *, approval, status, message, arguments, principal=None, key=None, action
+) -> bool:
+    """Decide an approval and its mirrors in one transaction. True when this call won."""
+    now = timezone.now()
+    with transaction.atomic():
+        targets = _mirror_targets(approval)
+        _lock_runs([approval.run_id] + [t.run_id for t in targets])
+        common = {"status": status, "principal": principal, "key": key, "now": now}
+        if not _settle_one(approval, message=message, arguments=arguments, action=action, **common):
+            return False
+        for target in targets:
+            _settle_one(target, message=message, arguments=arguments, action=action, **common)
+    return True
+
+
+def _validate(approval, decision, message, arguments):
+    if decision not in DECISIONS:
+        raise Invalid(
+            "decision must be 'approve' or 'deny'",
+            details=[{"path": "decision", "message": "must be approve or deny"}],
+        )
+    if message is not None and not isinstance(message, str):
+        raise Invalid(
+            "message must be a string", details=[{"path": "message", "message": "not a string"}]
+        )
+    if arguments is not UNSET and decision != "approve":
+        raise Invalid(
+            "arguments may only be edited when approving",
+            details=[{"path": "arguments", "message": "only with decision=approve"}],
+        )
+
+
+def _outcome(approval, decision, message, arguments):
+    """(status, message, arguments) the runtime will read."""
+    status = DECISIONS[decision]
+    if status == ApprovalStatus.DENIED:
+        return status, approval.rejection_message if message is None else message, None
+    return status, message, approval.arguments if arguments is UNSET else arguments
+
+
+def _conflict(approval) -> Conflict:
+    approval.refresh_from_db(fields=["status", "decided_by", "decided_at"])
+    decided_by = approval.decided_by.external_id if approval.decided_by_id else None
+    who = f" by {decided_by}" if decided_by else ""
+    return Conflict(
+        f"this call was {approval.status}{who} already",
+        code="already_decided",
+        details={"decidedBy": decided_by, "status": approval.status},
+    )
+
+
+def approval_decide(*, approval, viewer, decision, message=None, arguments=UNSET) -> Approval:
+    """A reviewer's (or a decide key's) decision. The loser of a race gets Conflict naming
+    who decided. `viewer` is a Principal or a `decide` ApiKey (acting as its principal).
+
+    Not atomic itself on purpose: a lazy expiry commits on its own (so a lost race on an
+    expired call still leaves it expired); the decision is one transaction (approval_settle).
+    """
+    access.may_decide(viewer, approval)
+    _validate(approval, decision, message, arguments)
+    from approvals.services.expiry import approvals_expire_due
+
+    approvals_expire_due(approval_ids=[approval.pk])  # past expiry: it is expired, not open
+    status, message, arguments = _outcome(approval, decision, message, arguments)
+    key = viewer if isinstance(viewer, ApiKey) else None
+    principal: Principal = viewer.principal if key else viewer
+    won = approval_settle(
+        approval=approval,
+        status=status,
+        message=message,
+        arguments=arguments,
+        principal=principal,
+        key=key,
+        action="approval.decided",
+    )
+    if not won:
+        raise _conflict(approval)
+    approval.refresh_from_db()
+    return approval
+
+
+@transaction.atomic
+def approvals_mark_delivered(*, run, approval_ids=None) -> int:
+    """The runtime picked up the run's decided calls (it read decisions, or posted an event
+    for the run): reviewers see "runtime resumed". Returns how many were newly marked."""
+    qs = Approval.objects.filter(run=run, decided_at__isnull=False, delivered_at__isnull=True)
+    if approval_ids is not None:
+        qs = qs.filter(pk__in=list(approval_ids))
+    marked = list(qs.values_list("pk", "public_id"))
+    if not marked:
+        return 0
+    Approval.objects.filter(pk__in=[pk for pk, _ in marked]).update(delivered_at=timezone.now())
+    realtime.approvals_changed(
+        run=run, approval_ids=[public_id for _, public_id in marked], change="delivered"
+    )
+    return len(marked)
+
+
+@transaction.atomic
+def approval_extend(*, approval, viewer) -> Approval:
+    """Give a pending approval another time-to-live, once, when it is in its last minute."""
+    access.may_decide(viewer, approval)
+    now = timezone.now()
+    if approval.status != ApprovalStatus.PENDING or approval.expires_at <= now:
+        raise _conflict(approval)
+    if approval.extended_at is not None:
+        raise Conflict("this call was extended once already", code="already_extended")
+    if (approval.expires_at - now).total_seconds() > 60:
+        raise Conflict("a call can be extended only in its last minute", code="not_last_minute")
+    principal = viewer.principal if isinstance(viewer, ApiKey) else viewer
+    expires_at = now + timezone.timedelta(seconds=approval.run.tenant.approval_ttl_seconds)
+    updated = Approval.objects.filter(
+        pk=approval.pk, status=ApprovalStatus.PENDING, extended_at__isnull=True
+    ).update(expires_at=expires_at, extended_at=now, extended_by=principal)
+    if updated != 1:
+        raise _conflict(approval)
+    audit(
+        tenant=approval.run.tenant,
+        action="approval.extended",
+        object_type="approval",
+        object_id=approval.public_id,
+        principal=principal,
+        data={"expiresAt": expires_at.isoformat()},
+    )
+    realtime.approvals_changed(
+        run=approval.run, approval_ids=[approval.public_id], change="extended"
+    )
+    approval.refresh_from_db()
+    return approval

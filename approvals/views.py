@@ -1,0 +1,138 @@
+"""The reviewer's inbox and the decision forms. Views only translate and call services.
+
+After an htmx POST the view re-renders the card (or the step's group) instead of redirecting;
+a plain form POST (no JavaScript) redirects back to the inbox.
+"""
+
+import json
+
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from approvals import selectors
+from approvals.services.decisions import UNSET, approval_decide, approval_extend
+from console import access
+from console.errors import Conflict, Invalid
+from console.views import viewer_view
+
+CARD = "approvals/card.html"
+GROUP = "approvals/group.html"
+
+
+def _filters(request) -> dict:
+    return {name: request.GET.get(name, "").strip() for name in selectors.FILTERS}
+
+
+@require_GET
+@viewer_view
+def inbox(request):
+    viewer = request.viewer
+    access.approvals_visible_to(viewer=viewer)  # Forbidden without view_runs or decide
+    filters = _filters(request)
+    context = {
+        "groups": selectors.inbox_for(viewer=viewer, filters=filters),
+        "filters": filters,
+        "choices": selectors.inbox_filter_choices(viewer=viewer, filters=filters),
+        "nav_active": "inbox",
+    }
+    if request.htmx:
+        return render(request, "approvals/inbox.html#inbox-groups", context)
+    return render(request, "approvals/inbox.html", context)
+
+
+@require_GET
+@viewer_view
+def card(request, approval_id):
+    """One card (a live client re-fetches it after a gap or a reconnect)."""
+    approval = access.approval_for(viewer=request.viewer, approval_id=approval_id)
+    return _card(request, approval)
+
+
+def _card(request, approval, *, notice=None, status=200):
+    context = selectors.approval_card_context(
+        approval=approval, viewer=request.viewer, notice=notice
+    )
+    return render(request, CARD, context, status=status)
+
+
+def _after_post(request, response):
+    return response if request.htmx else redirect("/approvals/")
+
+
+def _arguments(request, approval, decision):
+    raw = request.POST.get("arguments")
+    if decision != "approve" or raw is None or not raw.strip():
+        return UNSET
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise Invalid(f"the edited arguments are not valid JSON: {exc}") from None
+    return UNSET if value == approval.arguments else value
+
+
+@require_POST
+@viewer_view
+def decide(request, approval_id):
+    viewer = request.viewer
+    approval = access.approval_for(viewer=viewer, approval_id=approval_id)
+    access.may_decide(viewer, approval)
+    decision = request.POST.get("decision", "")
+    try:
+        arguments = _arguments(request, approval, decision)
+        message = request.POST.get("message") if decision == "deny" else None
+        approval = approval_decide(
+            approval=approval,
+            viewer=viewer,
+            decision=decision,
+            message=message,
+            arguments=arguments,
+        )
+    except Invalid as exc:
+        return _card(request, approval, notice=exc.message, status=200 if request.htmx else 422)
+    except Conflict as exc:
+        # The loser of a race sees the card as it now is, saying who decided.
+        return _after_post(request, _card(request, approval, notice=_lost(exc)))
+    return _after_post(request, _card(request, approval))
+
+
+def _lost(exc: Conflict) -> str:
+    details = exc.details or {}
+    who = details.get("decidedBy")
+    return f"Already {details.get('status', 'decided')}" + (f" by {who}." if who else ".")
+
+
+@require_POST
+@viewer_view
+def extend(request, approval_id):
+    viewer = request.viewer
+    approval = access.approval_for(viewer=viewer, approval_id=approval_id)
+    try:
+        approval = approval_extend(approval=approval, viewer=viewer)
+    except Conflict as exc:
+        return _after_post(request, _card(request, approval, notice=exc.message))
+    return _after_post(request, _card(request, approval, notice="Extended."))
+
+
+@require_POST
+@viewer_view
+def decide_step(request, run_id, step):
+    """Bulk: decide every call of a step this viewer may decide, each its own decision."""
+    viewer = request.viewer
+    run = access.run_for(viewer=viewer, run_id=run_id)
+    decision = request.POST.get("decision", "")
+    if decision not in ("approve", "deny"):
+        return HttpResponse("decision must be approve or deny", status=422)
+    pending = selectors.step_pending_for(viewer=viewer, run=run, step=step)
+    if not pending:
+        access.require(viewer, "decide")
+    for approval in pending:
+        try:
+            approval_decide(approval=approval, viewer=viewer, decision=decision)
+        except Conflict:
+            continue  # someone else decided it meanwhile: the card will say who
+    if not pending:
+        return _after_post(request, HttpResponse(status=204))
+    approvals = selectors.approvals_reloaded(approvals=pending)
+    context = selectors.group_context(approvals=approvals, viewer=viewer)
+    return _after_post(request, render(request, GROUP, context))
