@@ -80,7 +80,7 @@ def _check_path_objects(request) -> None:
     if tenant_id is None:
         return
     kwargs = match.kwargs
-    if "run_id" in kwargs:
+    if "run_id" in kwargs and request.method != "PUT":  # PUT .../state may create the run
         access.run_in_tenant(tenant_id=tenant_id, run_id=kwargs["run_id"])
     if "approval_id" in kwargs:
         from approvals.models import Approval
@@ -176,4 +176,5 @@ from approvals.api import router as approvals_router  # noqa: E402
 from runs.api import router as runs_router  # noqa: E402
 
 api.add_router("/", runs_router)
+api.add_router("/", "runs.api_state.router")  # states and outcomes
 api.add_router("/", approvals_router)
