@@ -6,9 +6,9 @@ parts, usage, todos, errors. Inputs forbid unknown fields. Every timestamp is ke
 string the runtime sent (checked to be ISO 8601 with an offset), so a state reads back
 exactly as it was written.
 
-Checks that span fields (ids that must be distinct, mirrored approvals that must name a
-parked sub-run) are `run_state_problems` / `run_outcome_problems`: the services call them and
-answer 422 with each field path.
+Checks that span fields (distinct ids, mirrored approvals that name a parked sub-run,
+pending calls only in a PAUSED outcome) are `run_state_problems` / `run_outcome_problems`:
+the services call them and answer 422 with each field path.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import AfterValidator, ConfigDict, Field, StringConstraints
 
 from runs.schemas import (
     Count,
@@ -246,7 +246,7 @@ class ModelResultIn(In):
 class RunOutcomeIn(In):
     status: Literal["DONE", "PAUSED", "ABORTED"]
     messages: list[MessageIn]
-    pending_calls: list[PendingCallIn] | None = Field(default=None, validate_default=True)
+    pending_calls: list[PendingCallIn] | None = None
     result: ModelResultIn | None = None
     steps: Count
     usage: UsageIn
@@ -254,15 +254,17 @@ class RunOutcomeIn(In):
     usage_denied: dict[str, Any] | None = None
     ended_by_tool: WireId | None = None
 
-    @field_validator("pending_calls")
-    @classmethod
-    def _calls_match_status(cls, value, info):
-        status = info.data.get("status")
-        if status == "PAUSED" and not value:
-            raise ValueError("a PAUSED outcome needs at least one pending call")
-        if status in ("DONE", "ABORTED") and value:
-            raise ValueError(f"a {status} outcome has no pending calls")
-        ids = [c.tool_call.id for c in value or []]
-        if len(set(ids)) != len(ids):
-            raise ValueError("pending calls must have distinct toolCall ids")
-        return value
+
+def run_outcome_problems(outcome: RunOutcomeIn) -> list[dict]:
+    """PAUSED needs pending calls (distinct ones); DONE and ABORTED have none."""
+    calls = outcome.pending_calls or []
+    ids = [c.tool_call.id for c in calls]
+    if outcome.status == "PAUSED" and not calls:
+        message = "a PAUSED outcome needs at least one pending call"
+    elif outcome.status != "PAUSED" and calls:
+        message = f"a {outcome.status} outcome has no pending calls"
+    elif len(set(ids)) != len(ids):
+        message = "pending calls must have distinct toolCall ids"
+    else:
+        return []
+    return [{"path": "pendingCalls", "message": message}]

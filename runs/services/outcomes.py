@@ -14,9 +14,9 @@ from django.db import transaction
 
 from approvals.models import Approval, ApprovalStatus
 from approvals.services.requests import approvals_request
-from console.errors import Conflict
+from console.errors import Conflict, Invalid
 from runs.models import Run, RunStatus, Step
-from runs.schemas_state import RunOutcomeIn
+from runs.schemas_state import RunOutcomeIn, run_outcome_problems
 from runs.selectors_state import snapshot_envelope
 from runs.services import common
 from runs.services.common import RunWrites
@@ -28,6 +28,9 @@ FINISH = {"DONE": RunStatus.DONE, "ABORTED": RunStatus.ABORTED}
 @transaction.atomic
 def run_outcome_apply(*, run: Run, outcome: RunOutcomeIn) -> Run:
     """Apply an invocation's outcome to the run; returns the run (unchanged for a replay)."""
+    problems = run_outcome_problems(outcome)
+    if problems:
+        raise Invalid("the outcome is invalid", code="validation_error", details=problems)
     text = outcome.model_dump_json(by_alias=True, exclude_unset=True)
     digest = hashlib.sha256(text.encode()).hexdigest()
     run = run_locked(tenant_id=run.tenant_id, run_id=run.external_id)

@@ -142,9 +142,9 @@ def outcome(status="DONE", **fields):
     return out
 
 
-def pending_call(call_id, tool="refund"):
+def pending_call(call_id, tool="refund", arguments=None):
     return {
-        "toolCall": {"id": call_id, "name": tool, "arguments": {"order": 7}},
+        "toolCall": {"id": call_id, "name": tool, "arguments": arguments or {"order": 7}},
         "rejectionMessage": f"The user declined {tool}.",
         "reason": f"{tool} moves money",
     }
