@@ -16,7 +16,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from approvals.schemas import ApprovalOut
-from console.schemas import CamelSchema
+from console.schemas import CamelModel
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 MAX_EVENTS = 500
@@ -29,7 +29,7 @@ RunStatusLiteral = Literal["running", "awaiting_approval", "done", "aborted", "f
 FinishedStatus = Literal["done", "aborted", "failed"]
 
 
-class In(CamelSchema):
+class In(CamelModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
@@ -256,43 +256,37 @@ class EventBatchIn(In):
     events: Annotated[list[Event], Field(min_length=1, max_length=MAX_EVENTS)]
 
 
-class EventsAppliedOut(CamelSchema):
+class EventsAppliedOut(CamelModel):
     last_seq: int
 
 
 # --- the run resource ---
 
 
-class UsageOut(CamelSchema):
+class UsageOut(CamelModel):
     input_tokens: int
     output_tokens: int
     cost_minor_units: int
 
 
-class TodoOut(CamelSchema):
+class TodoOut(CamelModel):
     id: str
     content: str
     status: str
 
 
-class VerdictOut(CamelSchema):
+class VerdictOut(CamelModel):
     verdict: str
     guard: str
     reason: str
 
 
-class RunErrorOut(CamelSchema):
+class RunErrorOut(CamelModel):
     code: str
     message: str
 
 
-class LimitsOut(CamelSchema):
-    cost_ceiling_minor_units: int | None = None
-    max_steps: int | None = None
-    wall_clock_timeout_ms: int | None = None
-
-
-class RunOut(CamelSchema):
+class RunOut(CamelModel):
     id: str
     agent_id: str
     agent_version: int
@@ -324,7 +318,7 @@ class RunOut(CamelSchema):
     finished_at: datetime | None
 
 
-class RunListOut(CamelSchema):
+class RunListOut(CamelModel):
     items: list[RunOut]
     next_cursor: str | None
 

@@ -11,10 +11,12 @@ The caller holds the transaction (and, for a run that exists, its row lock).
 from __future__ import annotations
 
 import contextlib
+import json
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from django.db import connection, transaction
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connection, models, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -82,6 +84,7 @@ class RunWrites:
 
     def __init__(self, run: Run):
         self.run = run
+        self.now = timezone.now()  # one clock reading per unit of work
         self.what: set[str] = set()
         self.dirty: set[str] = set()
         self.steps: dict[int, Step] = {}  # every step touched, by number
@@ -145,13 +148,12 @@ class RunWrites:
     def flush(self) -> None:
         run = self.run
         if self.new_steps:
-            Step.objects.bulk_create([self.steps[n] for n in sorted(self.new_steps)])
+            bulk_insert([self.steps[n] for n in sorted(self.new_steps)])
         changed = [s for n, s in self.steps.items() if n not in self.new_steps]
         if changed:
             Step.objects.bulk_update(changed, STEP_UPDATE_FIELDS)
         for rows in (self.messages, self.tool_results, self.handoffs, self.verdicts):
-            if rows:
-                type(rows[0]).objects.bulk_create(rows)
+            bulk_insert(rows)
         _usage_daily_add(tenant_id=run.tenant_id, rows=self.usage)
         if self.dirty:
             run.updated_at = timezone.now()
@@ -181,6 +183,55 @@ def _unit(run: Run, writes: RunWrites | None):
         unit = RunWrites(run)
         yield unit
         unit.flush()
+
+
+def bulk_insert(objs: list) -> None:
+    """Insert new model instances of one model, fast: COPY on PostgreSQL, bulk_create
+    elsewhere. They get no primary keys back (nothing in a unit of work needs them)."""
+    if not objs:
+        return
+    model = type(objs[0])
+    if connection.vendor != "postgresql":
+        model.objects.bulk_create(objs)
+        return
+    _copy(model, [obj.__dict__ for obj in objs])
+
+
+def bulk_insert_rows(model, rows: list[dict]) -> None:
+    """Insert rows given as dicts of attribute names (`run_id`, not `run`): no model instance
+    is built on PostgreSQL. Missing fields take their default, evaluated once per call."""
+    if not rows:
+        return
+    if connection.vendor != "postgresql":
+        model.objects.bulk_create([model(**row) for row in rows])
+        return
+    _copy(model, rows)
+
+
+def _copy(model, rows: list[dict]) -> None:
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    defaults = {f.attname: f.get_default() for f in fields if f.attname not in rows[0]}
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    table = connection.ops.quote_name(model._meta.db_table)
+    # Plain values straight to COPY: JSON as its text, everything else as psycopg adapts it.
+    names = [f.attname for f in fields]
+    json_names = {f.attname for f in fields if isinstance(f, models.JSONField)}
+    with (
+        connection.cursor() as cursor,
+        cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy,
+    ):
+        for row in rows:
+            values = [row[n] if n in row else defaults[n] for n in names]
+            copy.write_row(
+                [
+                    _json_text(v) if n in json_names else v
+                    for n, v in zip(names, values, strict=True)
+                ]
+            )
+
+
+def _json_text(value):
+    return None if value is None else json.dumps(value, cls=DjangoJSONEncoder)
 
 
 def _usage_daily_add(*, tenant_id: int, rows: dict) -> None:
@@ -252,8 +303,8 @@ def step_finish_usage(
     A step reported finished again (a snapshot, a corrected event) replaces its earlier
     figures: only the difference reaches the totals.
     """
-    finished_at = finished_at or timezone.now()
     with _unit(run, writes) as w:
+        finished_at = finished_at or w.now
         row = w.step(step)
         if row.finished_at is not None:  # withdraw what this step counted before
             old = {f: -getattr(row, f) for f in USAGE_FIELDS}
@@ -295,14 +346,14 @@ def messages_append(
     with _unit(run, writes) as w:
         rows = [
             Message(
-                run=run,
+                run_id=run.pk,  # the id, not the instance: cheaper by the hundred
                 position=w.next_message_position(),
                 step=m.get("step", step),
                 role=m["role"],
                 content=m["content"],
                 tool_calls=m.get("tool_calls"),
                 tool_call_id=m.get("tool_call_id"),
-                created_at=m.get("at") or timezone.now(),
+                created_at=m.get("at") or w.now,
             )
             for m in messages
         ]
@@ -324,13 +375,13 @@ def tool_result_record(
 ) -> ToolResult:
     with _unit(run, writes) as w:
         row = ToolResult(
-            run=run,
+            run_id=run.pk,
             step=step,
             tool_call_id=tool_call_id,
             tool_name=tool_name,
             result=result,
             is_error=is_error,
-            created_at=at or timezone.now(),
+            created_at=at or w.now,
         )
         w.tool_results.append(row)
         w.what.add("tool_results")
@@ -351,14 +402,14 @@ def handoff_record(
     """A handoff (or its return): recorded, and `currentAgentId` = to_agent_id."""
     with _unit(run, writes) as w:
         row = Handoff(
-            run=run,
+            run_id=run.pk,
             kind=Handoff.Kind.RETURNED if returned else Handoff.Kind.HANDOFF,
             step=step,
             from_agent_id=from_agent_id or (run.current_agent_id if returned else ""),
             to_agent_id=to_agent_id,
             child_run_id=child_run_id,
             position=w.next_handoff_position(),
-            created_at=at or timezone.now(),
+            created_at=at or w.now,
         )
         w.handoffs.append(row)
         run.current_agent_id = to_agent_id
@@ -387,12 +438,12 @@ def verdict_record(
     with _unit(run, writes) as w:
         w.verdicts.append(
             Verdict(
-                run=run,
+                run_id=run.pk,
                 turn=turn,
                 verdict=verdict,
                 guard=guard or "",
                 reason=reason or "",
-                created_at=at or timezone.now(),
+                created_at=at or w.now,
             )
         )
         held = (run.verdicts or {}).get(turn)
@@ -441,7 +492,7 @@ def run_finish(
         run.finish_reason = finish_reason
         run.usage_denied = usage_denied
         run.error = error
-        run.finished_at = finished_at or timezone.now()
+        run.finished_at = finished_at or w.now
         w.touch(
             "status",
             "result",

@@ -163,11 +163,12 @@ def _apply_new(*, run: Run, events: list, wires: list) -> None:
     if run.is_finished:
         _finished_conflict(run=run, seq=events[0].seq)
     now = timezone.now()
-    RunEvent.objects.bulk_create(
+    common.bulk_insert_rows(
+        RunEvent,
         [
-            RunEvent(run=run, seq=e.seq, type=e.type, data=w, at=e.at or now)
+            {"run_id": run.pk, "seq": e.seq, "type": e.type, "data": w, "at": e.at or now}
             for e, w in zip(events, wires, strict=True)
-        ]
+        ],
     )
     run.last_seq = events[-1].seq  # before the effects, so their live updates carry it
     writes = RunWrites(run)

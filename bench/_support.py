@@ -1,0 +1,123 @@
+"""What every benchmark needs: PostgreSQL from DATABASE_URL, a migrated schema, a tenant and a
+key made with the provisioning commands, and a real daphne on a free port."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+DAPHNE = str(Path(PYTHON).with_name("daphne"))
+
+
+def database_url() -> str:
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")):
+        sys.exit("benchmarks need PostgreSQL: set DATABASE_URL=postgres://...")
+    return url
+
+
+def server_env(**extra) -> dict:
+    """Production-like settings: DEBUG off (no query log), a random secret key."""
+    env = dict(os.environ)
+    env.update(
+        DEBUG="0",
+        SECRET_KEY=env.get("BENCH_SECRET_KEY") or secrets.token_urlsafe(50),
+        ALLOWED_HOSTS="127.0.0.1,localhost",
+        LOG_LEVEL="WARNING",
+        # The bench drives one key far past the default rate: give it room.
+        GAVEL_DEFAULT_RATE_PER_MINUTE=env.get("GAVEL_DEFAULT_RATE_PER_MINUTE", "10000000"),
+        GAVEL_DEFAULT_RATE_BURST=env.get("GAVEL_DEFAULT_RATE_BURST", "100000"),
+    )
+    env.update(extra)
+    return env
+
+
+def manage(*args: str, env: dict | None = None) -> str:
+    done = subprocess.run(
+        [PYTHON, "manage.py", *args],
+        cwd=ROOT,
+        env=env or server_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stderr or done.stdout}")
+    return done.stdout
+
+
+def migrate() -> None:
+    manage("migrate", "--verbosity", "0")
+
+
+def provision(*, scopes: str = "ingest", tenant: str | None = None) -> tuple[str, str]:
+    """A fresh tenant and an API key for it: (slug, raw key)."""
+    slug = tenant or f"bench-{secrets.token_hex(4)}"
+    manage("create_tenant", slug, "--name", f"Benchmark {slug}")
+    out = manage("create_api_key", "--tenant", slug, "--name", "bench", "--scope", scopes)
+    return slug, out.strip().splitlines()[-1].strip()
+
+
+def free_port() -> int:
+    """A free TCP port in BENCH_PORTS (default 8100-8199)."""
+    low, high = (int(p) for p in os.environ.get("BENCH_PORTS", "8100-8199").split("-"))
+    for port in range(low, high + 1):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    sys.exit(f"no free port in {low}-{high}")
+
+
+@contextlib.contextmanager
+def daphne(env: dict | None = None):
+    """A real daphne serving console.asgi on a free port; yields its base URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [DAPHNE, "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+        cwd=ROOT,
+        env=env or server_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(base, proc)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_ready(base: str, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daphne exited: {proc.stderr.read().decode()[-2000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{base}/api/v1/openapi.json", timeout=2).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise RuntimeError("daphne did not answer within 30 s")
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
