@@ -1,0 +1,130 @@
+"""console/settings.py: env parsing that fails loudly, and production settings that pass
+`manage.py check --deploy` with nothing to say."""
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCTION_ENV = {
+    "DEBUG": "off",
+    "SECRET_KEY": "k3Y-" + "x7Qz9pLm2Vb8Nc4Rt6Wy1Ua5Se3Dg0Hj" * 2,
+    "ALLOWED_HOSTS": "gavel.example.com",
+    "CSRF_TRUSTED_ORIGINS": "https://gavel.example.com",
+}
+
+
+@pytest.fixture
+def load_settings(monkeypatch, tmp_path):
+    """Re-execute console/settings.py under a given environment; restore it afterwards."""
+    import console.settings as module
+
+    for name in ("DEBUG", "SECRET_KEY", "DATABASE_URL", "ALLOWED_HOSTS", "REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GAVEL_VAR_DIR", str(tmp_path))
+
+    def load(**env):
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        return importlib.reload(module)
+
+    yield load
+    monkeypatch.undo()
+    importlib.reload(module)
+
+
+@pytest.mark.parametrize("value", ["1", "true", "yes", "on", "TRUE", " On "])
+def test_debug_is_on_only_for_the_true_words(load_settings, value):
+    assert load_settings(DEBUG=value).DEBUG is True
+
+
+@pytest.mark.parametrize("value", ["0", "false", "no", "off", "", "OFF"])
+def test_debug_is_off_for_the_false_words(load_settings, value):
+    assert load_settings(DEBUG=value, SECRET_KEY="s").DEBUG is False
+
+
+def test_debug_is_off_when_unset(load_settings):
+    assert load_settings(SECRET_KEY="s").DEBUG is False
+
+
+@pytest.mark.parametrize("value", ["maybe", "2", "enabled"])
+def test_a_bad_debug_value_stops_start_up_naming_the_variable(load_settings, value):
+    with pytest.raises(ImproperlyConfigured, match=r"DEBUG="):
+        load_settings(DEBUG=value, SECRET_KEY="s")
+
+
+def test_secret_key_is_required_with_debug_off(load_settings):
+    with pytest.raises(ImproperlyConfigured, match="SECRET_KEY is required"):
+        load_settings(DEBUG="0")
+
+
+def test_with_debug_on_a_dev_secret_key_is_generated_once_into_var(load_settings, tmp_path):
+    first = load_settings(DEBUG="1").SECRET_KEY
+    assert first and (tmp_path / "dev-secret-key").read_text().strip() == first
+    assert first == load_settings(DEBUG="1").SECRET_KEY
+
+
+@pytest.mark.parametrize("scheme", ["postgres", "postgresql"])
+def test_database_url_accepts_both_postgres_schemes(load_settings, scheme):
+    url = f"{scheme}://gavel:pw@db.internal:5433/gavel_prod"
+    db = load_settings(SECRET_KEY="s", DATABASE_URL=url).DATABASES["default"]
+    assert db["ENGINE"] == "django.db.backends.postgresql"
+    assert (db["NAME"], db["HOST"], db["PORT"], db["USER"]) == (
+        "gavel_prod",
+        "db.internal",
+        5433,
+        "gavel",
+    )
+
+
+def test_unset_database_url_is_sqlite_under_var(load_settings, tmp_path):
+    db = load_settings(SECRET_KEY="s").DATABASES["default"]
+    assert db["ENGINE"] == "django.db.backends.sqlite3"
+    assert Path(db["NAME"]).parent == tmp_path
+
+
+def test_an_unsupported_database_url_names_the_variable(load_settings):
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_URL"):
+        load_settings(SECRET_KEY="s", DATABASE_URL="mysql://u@h/db")
+
+
+def test_production_cookies_and_hsts(load_settings):
+    settings = load_settings(**PRODUCTION_ENV)
+    assert settings.SESSION_COOKIE_SECURE and settings.CSRF_COOKIE_SECURE
+    assert settings.SESSION_COOKIE_HTTPONLY
+    assert settings.SECURE_HSTS_SECONDS >= 31536000
+    assert settings.SECURE_PROXY_SSL_HEADER == ("HTTP_X_FORWARDED_PROTO", "https")
+    assert settings.ALLOWED_HOSTS == ["gavel.example.com"]
+
+
+def manage(*args, env):
+    clean = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY")}
+    clean.pop("DJANGO_SETTINGS_MODULE", None)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_check_deploy_with_production_env_prints_no_warnings(tmp_path):
+    done = manage("check", "--deploy", env={**PRODUCTION_ENV, "GAVEL_VAR_DIR": str(tmp_path)})
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "WARNING" not in output.upper(), output
+    assert "System check identified no issues (1 silenced)." in output
+
+
+def test_a_bad_debug_value_stops_manage_py_naming_the_variable(tmp_path):
+    done = manage("check", env={"DEBUG": "perhaps", "GAVEL_VAR_DIR": str(tmp_path)})
+    assert done.returncode != 0
+    assert "DEBUG='perhaps' is not a boolean" in done.stderr
