@@ -16,6 +16,7 @@ from approvals.selectors import (
     approvals_list,
     decisions_answer,
     parse_cursor,
+    parse_wait,
     seconds_to_next_expiry,
 )
 from approvals.services.decisions import UNSET, approval_decide
@@ -126,12 +127,15 @@ async def _wait_for_decisions(*, run, after, wait: float) -> dict:
 async def run_decisions(
     request,
     run_id: str,
-    wait: Annotated[float, Query(ge=0, le=30)] = 0,
-    after: str | None = None,
+    wait: Annotated[str | None, Query(description="seconds to hold, 0..30")] = None,
+    after: Annotated[str | None, Query(description="a cursor from an earlier answer, or 0")] = None,
 ):
+    # `wait` and `after` are validated here, after the 404 check (the contract's order), and
+    # not by the schema: ninja's 422 path would look the run up from inside the event loop.
     run = await sync_to_async(access.run_in_tenant)(tenant_id=request.auth.tenant_id, run_id=run_id)
+    seconds = parse_wait(wait)
     cursor = parse_cursor(after)
-    return await _wait_for_decisions(run=run, after=cursor, wait=wait)
+    return await _wait_for_decisions(run=run, after=cursor, wait=seconds)
 
 
 @router.post(

@@ -233,6 +233,26 @@ DECISION_RECHECK_SECONDS = 0.5  # the long-poll re-reads the database this often
 DECIDED = (ApprovalStatus.APPROVED, ApprovalStatus.DENIED, ApprovalStatus.EXPIRED)
 
 
+MAX_WAIT_SECONDS = 30
+
+
+def parse_wait(raw: str | None) -> float:
+    """`wait=S`: how long a long-poll may hold, 0 <= S <= 30 seconds (absent: 0)."""
+    if raw is None or raw == "":
+        return 0.0
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= MAX_WAIT_SECONDS:  # NaN fails this too
+        raise Invalid(
+            f"wait must be a number of seconds from 0 to {MAX_WAIT_SECONDS}",
+            code="validation_error",
+            details=[{"path": "query.wait", "message": f"must be 0..{MAX_WAIT_SECONDS}"}],
+        )
+    return seconds
+
+
 def parse_cursor(raw: str | None) -> int | None:
     """`after=`: an opaque cursor from an earlier answer (`0`: from the beginning)."""
     if raw is None:
@@ -240,6 +260,7 @@ def parse_cursor(raw: str | None) -> int | None:
     if not raw.isdigit() or len(raw) > 18:
         raise Invalid(
             "after must be a cursor from an earlier answer, or 0",
+            code="validation_error",
             details=[{"path": "query.after", "message": "not a cursor"}],
         )
     return int(raw)

@@ -84,3 +84,42 @@ class ApiErrorBodyMiddleware:
 
     async def _acall(self, request):
         return _api_error_body(request, await self.get_response(request))
+
+
+from whitenoise.middleware import WhiteNoiseMiddleware  # noqa: E402
+
+
+class AsyncWhiteNoiseMiddleware(WhiteNoiseMiddleware):
+    """WhiteNoise, usable on the async path.
+
+    WhiteNoise's middleware is sync-only, and one sync-only middleware makes Django run the
+    whole stack below it in the single thread-sensitive worker, async views included: a
+    decisions long-poll (approvals/api.py) would hold that thread for its whole wait and
+    stall every other request of the process. This serves static files exactly as WhiteNoise
+    does, and passes everything else down the async path untouched.
+    """
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response=None):
+        super().__init__(get_response)
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
+
+    def __call__(self, request):
+        if iscoroutinefunction(self):
+            return self._acall(request)
+        return super().__call__(request)
+
+    async def _acall(self, request):
+        from asgiref.sync import sync_to_async
+
+        if self.autorefresh:  # looks at the disk: not on the event loop
+            find = sync_to_async(self.find_file, thread_sensitive=False)
+            static_file = await find(request.path_info)
+        else:
+            static_file = self.files.get(request.path_info)
+        if static_file is not None:
+            return self.serve(static_file, request)
+        return await self.get_response(request)

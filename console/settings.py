@@ -120,7 +120,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "console.middleware.ContentSecurityPolicyMiddleware",
     "console.middleware.ApiErrorBodyMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "console.middleware.AsyncWhiteNoiseMiddleware",  # WhiteNoise, async-capable
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
