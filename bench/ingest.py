@@ -6,11 +6,13 @@ AND every effect: steps, messages, tool results, usage rollups). The baseline wr
 RunEvent rows, one transaction per 500, with the same number of concurrent clients.
 
 Knobs (env): BENCH_RUNS (runs per round, default 8), BENCH_BATCHES (batches per run, 4),
-BENCH_CLIENTS (concurrent clients, 4), BENCH_ROUNDS (5).
+BENCH_CLIENTS (concurrent clients, 4), BENCH_ROUNDS (5), BENCH_SERVERS (daphne processes, 1;
+a sync view runs on one thread per process, so processes are how one host scales).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -89,16 +91,18 @@ def admit(client: httpx.Client, run_id: str) -> None:
     response.raise_for_status()
 
 
-def console_round(base: str, key: str, *, runs: int, batches: int, clients: int) -> float:
-    """Events per second through HTTP (admission not timed)."""
+def console_round(bases: list[str], key: str, *, runs: int, batches: int, clients: int) -> float:
+    """Events per second through HTTP (admission not timed); client i talks to server i % n."""
     bodies = [json.dumps({"events": batch}).encode() for batch in run_batches(batches)]
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     run_ids = [f"c_{secrets.token_hex(6)}" for _ in range(runs)]
-    with httpx.Client(base_url=base, headers=headers, timeout=120) as client:
+    with httpx.Client(base_url=bases[0], headers=headers, timeout=120) as client:
         for run_id in run_ids:
             admit(client, run_id)
 
-    def feed(ids: list[str]) -> None:
+    def feed(share: tuple[int, list[str]]) -> None:
+        index, ids = share
+        base = bases[index % len(bases)]
         with httpx.Client(base_url=base, headers=headers, timeout=120) as client:
             for run_id in ids:
                 for body in bodies:
@@ -106,7 +110,7 @@ def console_round(base: str, key: str, *, runs: int, batches: int, clients: int)
                     if response.status_code != 200:
                         raise RuntimeError(f"{response.status_code}: {response.text[:500]}")
 
-    shares = [run_ids[i::clients] for i in range(clients)]
+    shares = [(i, run_ids[i::clients]) for i in range(clients)]
     started = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
         list(pool.map(feed, shares))
@@ -156,17 +160,20 @@ def main() -> None:
     batches = int(os.environ.get("BENCH_BATCHES", 4))
     clients = int(os.environ.get("BENCH_CLIENTS", 4))
     rounds = int(os.environ.get("BENCH_ROUNDS", 5))
+    servers = int(os.environ.get("BENCH_SERVERS", 1))
     _support.migrate()
     _, key = _support.provision(scopes="ingest")
     print(
         f"ingest: {rounds} rounds of {runs} runs x {batches} batches x {BATCH} events, "
-        f"{clients} concurrent clients, one daphne process"
+        f"{clients} concurrent clients, {servers} daphne process(es)"
     )
     console, baseline = [], []
-    with _support.daphne() as base:
-        console_round(base, key, runs=clients, batches=1, clients=clients)  # warm-up
+    with contextlib.ExitStack() as stack:
+        bases = [stack.enter_context(_support.daphne()) for _ in range(servers)]
+        base = bases[0]
+        console_round(bases, key, runs=clients, batches=1, clients=clients)  # warm-up
         for i in range(rounds):
-            console.append(console_round(base, key, runs=runs, batches=batches, clients=clients))
+            console.append(console_round(bases, key, runs=runs, batches=batches, clients=clients))
             baseline.append(
                 baseline_round(base, key, dsn, runs=runs, batches=batches, clients=clients)
             )

@@ -200,6 +200,14 @@ def test_order_of_checks(client, ingest_a, admitted, tenant_a, settings):
     assert post_events(ingest_a, gap).status_code == 409
 
 
+def test_a_body_that_is_not_json_is_422_after_the_404_check(ingest_a, admitted):
+    assert ingest_a.post(events_url("nope"), raw="{not json").status_code == 404
+    response = ingest_a.post(events_url(), raw="{not json")
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "invalid_json"
+    assert ingest_a.post(RUNS, raw="[1, 2").status_code == 422
+
+
 def test_unknown_api_path_and_wrong_method_answer_json(ingest_a):
     response = ingest_a.get("/api/v1/nothing-here")
     assert response.status_code == 404
