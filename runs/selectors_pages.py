@@ -448,26 +448,23 @@ def run_verdicts_context(*, viewer, run) -> dict:
 
 
 def run_approvals_context(*, viewer, run) -> dict:
-    """`runs/detail.html#run-approvals`: the run's held calls, pending first."""
+    """`runs/detail.html#run-approvals`: the run's held calls as the inbox's approval cards
+    (approvals.selectors builds each card; decision controls only for those who may decide).
+    Pending first, then decided, each in request order. 2 queries (3 when some expired)."""
     from approvals.models import ApprovalStatus
+    from approvals.selectors import CARD_RELATED, group_context
+    from approvals.services.expiry import approvals_expire_due
 
-    approvals = list(
-        access.approvals_visible_to(viewer=viewer)
-        .filter(run=run)
-        .select_related("decided_by")
-        .order_by("requested_at", "position", "id")
-    )
-    pending = [a for a in approvals if a.status == ApprovalStatus.PENDING]
-    decided = [a for a in approvals if a.status != ApprovalStatus.PENDING]
-    return {
-        "run": run,
-        "held": [_held_view(a) for a in pending + decided],
-        "pending_count": len(pending),
-    }
-
-
-def _held_view(approval) -> dict:
-    return {"approval": approval, "arguments": _json_view(approval.arguments)}
+    held = access.approvals_visible_to(viewer=viewer).filter(run=run)
+    due = held.filter(status=ApprovalStatus.PENDING, expires_at__lte=timezone.now())
+    due_ids = list(due.values_list("pk", flat=True))
+    if due_ids:  # never show a call past its expiry as pending (as the inbox does)
+        approvals_expire_due(approval_ids=due_ids)
+    approvals = list(held.select_related(*CARD_RELATED).order_by("requested_at", "position", "id"))
+    cards = group_context(approvals=approvals, viewer=viewer)["group"]["cards"] if approvals else []
+    order = {a.pk: i for i, a in enumerate(approvals)}
+    cards.sort(key=lambda c: (not c["pending"], order[c["approval"].pk]))
+    return {"run": run, "cards": cards, "pending_count": sum(c["pending"] for c in cards)}
 
 
 def run_page_context(*, viewer, run_id: str) -> dict:

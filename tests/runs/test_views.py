@@ -77,6 +77,24 @@ def test_viewer_sees_runs_but_no_decision_controls(client, viewer_a, tenant_a):
     assert "/decision" not in html
 
 
+def test_reviewer_gets_the_inbox_card_with_decision_controls(client, reviewer_a, tenant_a):
+    run = RunFactory(tenant=tenant_a)
+    approval = ApprovalFactory(run=run, tool_name="send_email")
+    client.force_login(reviewer_a.user)
+    html = client.get(f"/runs/{run.external_id}/").content.decode()
+    assert f'id="approval-{approval.public_id}"' in html
+    assert ">Approve<" in html and ">Deny<" in html
+    assert "Message the model reads" in html
+
+
+def test_held_call_past_its_expiry_is_not_shown_pending(client, viewer_a, tenant_a):
+    run = RunFactory(tenant=tenant_a)
+    ApprovalFactory(run=run, expires_at=timezone.now() - timedelta(seconds=1))
+    client.force_login(viewer_a.user)
+    html = client.get(f"/runs/{run.external_id}/partials/run-approvals/").content.decode()
+    assert 'data-status="expired"' in html and "pending</span>" not in html
+
+
 def test_role_without_view_runs_is_403(client, tenant_a):
     Role.objects.create(tenant=tenant_a, name="accountant", capabilities=["view_budgets"])
     person = PrincipalFactory(tenant=tenant_a, role="accountant", password="pass-12345")
@@ -413,5 +431,6 @@ def test_run_page_runs_a_constant_number_of_queries(
         Step.objects.create(run=run, number=n, agent_id="support-bot")
         Message.objects.create(run=run, position=n, step=n, role="assistant", content="more")
         Handoff.objects.create(run=run, step=n, to_agent_id="x")
+        ApprovalFactory(run=run, step=n, tool_name=f"tool_{n}")
     with django_assert_num_queries(before):
         client.get("/runs/run_full/")
