@@ -196,13 +196,6 @@ class ReviewerThread:
         if self.error:
             raise self.error
 
-    def decided_as_decision(self, index: int):
-        """The n-th decision as the runtime reads it (a gavel_sdk Decision)."""
-        from gavel_sdk import Decision
-
-        a = self.decided[index]
-        return Decision(a.id, a.tool_call_id, a.status, a.message, a.arguments, a.decided_by, None)
-
     def _run(self):
         deadline = time.monotonic() + self.timeout
         try:

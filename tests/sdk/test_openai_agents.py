@@ -15,6 +15,7 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 from agents import Agent, RunConfig, function_tool  # noqa: E402
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call  # noqa: E402
 from agents.usage import Usage  # noqa: E402
+from gavel_sdk import Decision  # noqa: E402
 from gavel_sdk.adapters.openai_agents import (  # noqa: E402
     EditedArgumentsUnsupported,
     GavelAgentsRun,
@@ -122,7 +123,9 @@ def test_edited_arguments_are_never_run_as_the_models_originals(gavel, reviewer,
     ):
         gavel_run.run_sync(support_agent(model, sent), "Email Bob", run_config=OFFLINE)
     assert sent == []  # bob's address never went out
-    assert outputs_seen(model, "c1") == [edited_message(rev.decided_as_decision(0))]
+    assert outputs_seen(model, "c1") == [
+        edited_message(Decision("apr", "c1", "approved", None, edited, None, None))
+    ]
     assert "edited arguments" in caplog.text and rev.decided[0].status == "approved"
     assert gavel.get_run(run_id).status == "done"
 
