@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import AwareDatetime, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from approvals.schemas import ApprovalOut
@@ -52,7 +52,7 @@ class NewRunIn(In):
     parent_run_id: RunId | None = None
     input: Any = None
     limits: LimitsIn | None = None
-    started_at: datetime | None = None
+    started_at: AwareDatetime | None = None
 
 
 # --- message parts ---
@@ -126,7 +126,7 @@ class UsageIn(In):
 
 class EventBase(In):
     seq: Annotated[int, Field(ge=1)]
-    at: datetime | None = None
+    at: AwareDatetime | None = None
 
 
 class StepStarted(EventBase):
@@ -167,7 +167,7 @@ class ApprovalCallIn(In):
     reason: str = ""
     rejection_message: str = ""
     sub_run_tool_call_id: WireId | None = None
-    expires_at: datetime | None = None
+    expires_at: AwareDatetime | None = None
 
 
 class ApprovalRequested(EventBase):

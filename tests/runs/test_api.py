@@ -129,6 +129,14 @@ def test_admission_422_lists_each_bad_field(ingest_a):
     assert not Run.objects.exists()
 
 
+def test_times_without_an_offset_are_422(ingest_a, admitted):
+    response = ingest_a.post(RUNS, new_run("run_2", startedAt="2026-12-02T10:00:00"))
+    assert response.status_code == 422
+    assert response.json()["error"]["details"][0]["path"] == "startedAt"
+    event = dict(finished(1), at="2026-12-02T10:00:00")
+    assert post_events(ingest_a, [event]).status_code == 422
+
+
 def test_admission_rejects_unknown_fields(ingest_a):
     response = ingest_a.post(RUNS, new_run(principalID="typo"))
     assert response.status_code == 422
@@ -200,12 +208,14 @@ def test_order_of_checks(client, ingest_a, admitted, tenant_a, settings):
     assert post_events(ingest_a, gap).status_code == 409
 
 
-def test_a_body_that_is_not_json_is_422_after_the_404_check(ingest_a, admitted):
+def test_a_body_that_is_not_json_is_400_after_the_404_check(ingest_a, admitted):
     assert ingest_a.post(events_url("nope"), raw="{not json").status_code == 404
     response = ingest_a.post(events_url(), raw="{not json")
-    assert response.status_code == 422
-    assert response.json()["error"]["code"] == "invalid_json"
-    assert ingest_a.post(RUNS, raw="[1, 2").status_code == 422
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "bad_request"
+    assert response.json()["error"]["details"] == [{"path": "body", "message": "not valid JSON"}]
+    assert ingest_a.post(RUNS, raw="[1, 2").status_code == 400
+    assert RunEvent.objects.count() == 0
 
 
 def test_unknown_api_path_and_wrong_method_answer_json(ingest_a):
