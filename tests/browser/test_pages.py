@@ -149,3 +149,14 @@ def test_keyboard_reach_focus_style_and_labels(viewer_a, few_runs, page):
     assert page.locator("header").count() == 1 and page.locator("main").count() == 1
     assert page.locator("nav[aria-label='Main']").count() == 1
     shot(page, "focus", full_page=False)
+
+
+def test_reviewer_sees_the_inbox_card_with_controls_on_the_run_page(reviewer_a, rich_run, page):
+    path = f"/runs/{rich_run.external_id}/"
+    sign_in(page, "reviewer@a.example", "reviewer-pass-123", next_path=path)
+    card = page.locator("#run-approvals article.approval-card")
+    assert card.get_by_role("button", name="Approve").is_visible()
+    assert card.get_by_role("button", name="Deny").is_visible()
+    assert card.get_by_label("Message the model reads").is_visible()
+    card.scroll_into_view_if_needed()
+    shot(page, "run-page-reviewer", full_page=False)

@@ -15,7 +15,7 @@ import time
 from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
@@ -82,6 +82,9 @@ class Command(BaseCommand):
             counts = seeder.chunk(min(CHUNK, opts["runs"] - offset))
             made = {k: made[k] + counts[k] for k in made}
             self.stdout.write(f"  {made['runs']} runs, {made['events']} events", ending="\r")
+        if connection.vendor == "postgresql":  # fresh statistics, or the planner guesses
+            with connection.cursor() as cursor:
+                cursor.execute("ANALYZE")
         seconds = time.monotonic() - started
         self.stdout.write(
             f"seeded tenant '{tenant.slug}': {made['runs']} runs, {made['events']} events "
