@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from approvals.models import Approval, DeliveryStatus, Webhook, WebhookDelivery, WebhookEvent
@@ -196,12 +196,13 @@ def _seconds_to_next_due() -> float:
 
 
 _wake = threading.Event()
+_stop = threading.Event()
 _worker_lock = threading.Lock()
 _worker: threading.Thread | None = None
 
 
 def _worker_loop() -> None:
-    while True:
+    while not _stop.is_set():
         _wake.clear()
         try:
             webhook_deliveries_run_due()
@@ -212,6 +213,7 @@ def _worker_loop() -> None:
         finally:
             close_old_connections()
         _wake.wait(timeout=wait)
+    connection.close()
 
 
 def kick_worker() -> None:
@@ -222,6 +224,18 @@ def kick_worker() -> None:
         return
     with _worker_lock:
         if _worker is None or not _worker.is_alive():
+            _stop.clear()
             _worker = threading.Thread(target=_worker_loop, name="gavel-webhooks", daemon=True)
             _worker.start()
     _wake.set()
+
+
+def stop_worker(timeout: float = 5.0) -> None:
+    """Stop this process's delivery thread (tests; a clean shutdown)."""
+    global _worker
+    with _worker_lock:
+        worker, _worker = _worker, None
+    if worker is not None:
+        _stop.set()
+        _wake.set()
+        worker.join(timeout)

@@ -215,3 +215,22 @@ def test_deciding_a_mirror_decides_the_childs_call_too(tenant_a, reviewer_a):
     assert child.decided_by == reviewer_a
     with pytest.raises(Conflict):
         approval_decide(approval=child, viewer=reviewer_a, decision="approve")
+
+
+def test_the_expire_approvals_command_sweeps_once(approval):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    Approval.objects.filter(pk=approval.pk).update(expires_at=timezone.now())
+    out = StringIO()
+    call_command("expire_approvals", stdout=out)
+    assert "expired 1 approvals" in out.getvalue()
+    assert Approval.objects.get(pk=approval.pk).status == ApprovalStatus.EXPIRED
+
+
+def test_the_expire_approvals_command_refuses_a_bad_interval(db):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="interval"):
+        call_command("expire_approvals", "--loop", "--interval", "0")
