@@ -307,3 +307,35 @@ async def test_the_async_client_numbers_retries_and_resyncs_the_same_way():
 def test_batch_size_outside_the_contract_is_refused():
     with pytest.raises(ValueError, match="batch_size"):
         GavelClient("http://gavel.test", "k", batch_size=501)
+
+
+def test_a_complete_answer_missing_a_named_call_is_read_again_after_its_cursor():
+    """A decision that lands while the server builds an answer may be left for the next read
+    (after the answer's cursor) even though that answer says nothing is pending."""
+    server = Server(
+        httpx.Response(
+            200,
+            json={"complete": True, "decisions": [decision("c1")], "pending": [], "cursor": "1"},
+        ),
+        httpx.Response(
+            200,
+            json={
+                "complete": True,
+                "decisions": [decision("c2", "approved")],
+                "pending": [],
+                "cursor": "2",
+            },
+        ),
+    )
+    with client_for(server) as gavel:
+        got = gavel.wait_for_decisions("run_1", timeout=60, tool_call_ids=["c1", "c2"])
+    assert got.complete and set(got.decisions) == {"c1", "c2"}
+    assert server.requests[1].url.params["after"] == "1"
+
+
+def test_named_calls_the_run_never_held_end_the_wait_once_nothing_is_pending():
+    empty = {"complete": True, "decisions": [], "pending": [], "cursor": "0"}
+    server = Server(httpx.Response(200, json=empty))
+    with client_for(server) as gavel:
+        got = gavel.wait_for_decisions("run_1", timeout=60, tool_call_ids=["nope"])
+    assert not got.complete and got.pending == ["nope"] and len(server.requests) == 1

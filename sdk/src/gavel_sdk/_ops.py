@@ -211,8 +211,11 @@ def wait_for_decisions(
             seen[decision.tool_call_id] = decision
         pending = list(answer["pending"])
         done = wanted <= set(seen) if wanted else answer["complete"]
-        # Nothing pending in the run: no decision can come any more, so stop either way.
-        if done or answer["complete"] or clock() >= deadline:
+        # Nothing pending and nothing new: no decision can come any more, so stop either way.
+        # (A decision landing while the server builds its answer can leave it "complete"
+        # without that decision, which the next read after `cursor` brings: read again.)
+        settled = answer["complete"] and not answer["decisions"]
+        if done or settled or clock() >= deadline:
             still = [c for c in wanted if c not in seen] if wanted else pending
             return Decisions(complete=done, decisions=seen, pending=still, cursor=cursor)
 

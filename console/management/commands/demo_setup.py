@@ -1,0 +1,111 @@
+"""`manage.py demo_setup`: the demo tenant for `make run`, idempotent.
+
+Tenant `demo`; an admin, a reviewer and a viewer who sign in with passwords generated once
+into var/demo-logins.json; an ingest key for the demo agent, its raw value kept only in
+var/demo-agent.key (the database holds its hash). Prints the login URL and the admin's login.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+
+from console.management.commands._base import ProvisioningCommand
+from console.models import ApiKey, Principal
+from console.services import api_key_create, principal_create, tenant_create
+
+TENANT = "demo"
+PEOPLE = (
+    ("admin@demo.example", "Ada Admin", "admin"),
+    ("reviewer@demo.example", "Rey Reviewer", "reviewer"),
+    ("viewer@demo.example", "Vic Viewer", "viewer"),
+)
+ADMIN = PEOPLE[0][0]
+AGENT_KEY_NAME = "demo agent"
+
+
+def logins_file() -> Path:
+    return Path(settings.VAR_DIR) / "demo-logins.json"
+
+
+def agent_key_file() -> Path:
+    return Path(settings.VAR_DIR) / "demo-agent.key"
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+
+
+def read_logins() -> dict[str, str]:
+    path = logins_file()
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def login_url(host: str | None = None, port: str | None = None) -> str:
+    host = host or os.environ.get("HOST") or "127.0.0.1"
+    port = port or os.environ.get("PORT") or "8000"
+    return f"http://{host}:{port}/accounts/login/"
+
+
+def _ensure_person(tenant, external_id: str, name: str, role: str, password: str) -> bool:
+    """True when the principal was created or its login (re)set."""
+    existing = Principal.objects.filter(tenant=tenant, external_id=external_id).first()
+    user = existing.user if existing else None
+    if user is not None and user.check_password(password) and existing.roles.filter(name=role):
+        return False
+    principal_create(
+        tenant=tenant, external_id=external_id, name=name, password=password, roles=[role]
+    )
+    return True
+
+
+def _ensure_agent_key(tenant) -> bool:
+    """True when a new key was made (none stored yet, or the stored one no longer works)."""
+    path = agent_key_file()
+    raw = path.read_text().strip() if path.exists() else ""
+    key = ApiKey.objects.for_raw_key(raw) if raw else None
+    if key is not None and key.tenant_id == tenant.pk and key.has_scope("ingest"):
+        return False
+    _, raw = api_key_create(tenant=tenant, name=AGENT_KEY_NAME, scopes=["ingest"])
+    _write_private(path, raw + "\n")
+    return True
+
+
+class Command(ProvisioningCommand):
+    help = "Set up the demo tenant, its logins and the demo agent's key (idempotent)."
+
+    def handle(self, *args, **options):
+        with transaction.atomic():
+            tenant, created = tenant_create(slug=TENANT, name="Demo")
+            logins = read_logins()
+            fresh = {pid: logins.get(pid) or secrets.token_urlsafe(12) for pid, _, _ in PEOPLE}
+            changed = [
+                pid
+                for pid, name, role in PEOPLE
+                if _ensure_person(tenant, pid, name, role, fresh[pid])
+            ]
+            new_key = _ensure_agent_key(tenant)
+        if fresh != logins:
+            _write_private(logins_file(), json.dumps(fresh, indent=2) + "\n")
+        self.stdout.write(
+            f"demo tenant '{TENANT}' {'created' if created else 'already there'}; "
+            f"logins {'set for ' + ', '.join(changed) if changed else 'unchanged'}; "
+            f"demo agent key {'created' if new_key else 'unchanged'} ({agent_key_file()})"
+        )
+        self.stdout.write(login_banner(fresh))
+
+
+def login_banner(logins: dict[str, str]) -> str:
+    lines = [f"Sign in at {login_url()}", f"  admin:    {ADMIN}  password: {logins[ADMIN]}"]
+    for pid, _, role in PEOPLE[1:]:
+        lines.append(f"  {role + ':':9} {pid}  password: {logins[pid]}")
+    lines.append(f"(passwords are kept in {logins_file()})")
+    return "\n".join(lines)
