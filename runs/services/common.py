@@ -97,6 +97,18 @@ class RunWrites:
         self.usage: dict[tuple, list[int]] = {}  # (day, principal, agent, model) -> deltas
         self._next_message: int | None = None
         self._next_handoff: int | None = None
+        self._trace_ids: set[str] | None = None
+
+    def trace_id_add(self, trace_id: str) -> bool:
+        """Append a trace id the run does not hold yet (a set keeps this O(1) per step)."""
+        if self._trace_ids is None:
+            self.run.trace_ids = list(self.run.trace_ids or [])
+            self._trace_ids = set(self.run.trace_ids)
+        if trace_id in self._trace_ids:
+            return False
+        self._trace_ids.add(trace_id)
+        self.run.trace_ids.append(trace_id)
+        return True
 
     def touch(self, *fields: str, what: str | None = None) -> None:
         self.dirty.update(fields)
@@ -318,9 +330,9 @@ def step_finish_usage(
         new = {f: getattr(row, f) for f in USAGE_FIELDS}
         _usage_apply(w, row=row, model=row.model, usage=new, steps=1)
         run.steps = max(run.steps, step)
-        if trace_id and trace_id not in run.trace_ids:
-            run.trace_ids = [*run.trace_ids, trace_id]
-        w.touch(*USAGE_FIELDS, "usage_by_model", "steps", "trace_ids", what="usage")
+        if trace_id and w.trace_id_add(trace_id):
+            w.touch("trace_ids")
+        w.touch(*USAGE_FIELDS, "usage_by_model", "steps", what="usage")
         w.what.add("steps")
         return row
 
@@ -446,10 +458,12 @@ def verdict_record(
                 created_at=at or w.now,
             )
         )
-        held = (run.verdicts or {}).get(turn)
+        if run.verdicts is None:
+            run.verdicts = {}
+        held = run.verdicts.get(turn)
         if held is None or VERDICT_SEVERITY[verdict] > VERDICT_SEVERITY[held["verdict"]]:
             held = {"verdict": verdict, "guard": guard or "", "reason": reason or ""}
-            run.verdicts = {**(run.verdicts or {}), turn: held}
+            run.verdicts[turn] = held  # in place: a long run holds many turns
             w.touch("verdicts")
         w.what.add("verdicts")
         return held
