@@ -434,3 +434,35 @@ def test_run_page_runs_a_constant_number_of_queries(
         ApprovalFactory(run=run, step=n, tool_name=f"tool_{n}")
     with django_assert_num_queries(before):
         client.get("/runs/run_full/")
+
+
+# --- seed_demo ---
+
+
+def test_seed_demo_makes_consistent_data_the_pages_render(client, viewer_a, tenant_a):
+    from django.core.management import call_command
+
+    from approvals.models import Approval
+    from runs.models import Run, RunEvent
+
+    call_command("seed_demo", runs=40, tenant=tenant_a.slug, principals=5, seed=3)
+    runs = list(Run.objects.filter(tenant=tenant_a))
+    assert len(runs) == 40
+    assert RunEvent.objects.filter(run__tenant=tenant_a).count() == sum(r.last_seq for r in runs)
+    for run in runs[:10]:
+        seqs = list(run.events.values_list("seq", flat=True))
+        assert seqs == list(range(1, run.last_seq + 1))
+        assert run.steps == run.step_rows.count()
+    awaiting = [r for r in runs if r.status == "awaiting_approval"]
+    pending = Approval.objects.filter(run__in=awaiting, status="pending").count()
+    assert pending == len(awaiting)
+    client.force_login(viewer_a.user)
+    assert client.get("/runs/?limit=200").status_code == 200
+    assert client.get(f"/runs/{runs[0].external_id}/").status_code == 200
+
+
+def test_seed_demo_refuses_bad_input(db):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="--runs"):
+        call_command("seed_demo", runs=0)

@@ -16,7 +16,9 @@ from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
+from django.db.models import JSONField
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from approvals.models import Approval, ApprovalStatus
 from console.models import Principal
@@ -84,12 +86,47 @@ class Command(BaseCommand):
             self.stdout.write(f"  {made['runs']} runs, {made['events']} events", ending="\r")
         if connection.vendor == "postgresql":  # fresh statistics, or the planner guesses
             with connection.cursor() as cursor:
-                cursor.execute("ANALYZE")
+                tables = [m._meta.db_table for m in (Run, RunEvent, Message, Step, Approval)]
+                cursor.execute(f"ANALYZE {', '.join(tables)}")
         seconds = time.monotonic() - started
         self.stdout.write(
             f"seeded tenant '{tenant.slug}': {made['runs']} runs, {made['events']} events "
             f"in {seconds:.1f}s"
         )
+
+
+def insert(model, objs: list) -> None:
+    """Bulk insert: PostgreSQL COPY (ids drawn from the table's sequence first, so children
+    can point at their run), elsewhere bulk_create. COPY is ~5x faster than Django's INSERT
+    here, whose client-side quoting of array parameters dominates at this volume."""
+    if not objs:
+        return
+    if connection.vendor != "postgresql":
+        model.objects.bulk_create(objs, batch_size=2000)
+        return
+    meta, quote = model._meta, connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
+            [meta.db_table, meta.pk.column, len(objs)],
+        )
+        for obj, (pk,) in zip(objs, cursor.fetchall(), strict=True):
+            obj._prepare_related_fields_for_save(operation_name="bulk_create")
+            obj.pk = pk
+        fields = meta.concrete_fields
+        names = [f.attname for f in fields]
+        is_json = [isinstance(f, JSONField) for f in fields]
+        columns = ", ".join(quote(f.column) for f in fields)
+        sql = f"COPY {quote(meta.db_table)} ({columns}) FROM STDIN"
+        with cursor.cursor.copy(sql) as copy:
+            for obj in objs:
+                values = obj.__dict__
+                copy.write_row(
+                    [
+                        Jsonb(values[n]) if j and values[n] is not None else values[n]
+                        for n, j in zip(names, is_json, strict=True)
+                    ]
+                )
 
 
 class Seeder:
@@ -138,10 +175,10 @@ class Seeder:
         events = []
         for run in runs:
             events += Story(self, run, rows).tell()
-        Run.objects.bulk_create(runs, batch_size=1000)
+        insert(Run, runs)
         for model, objs in rows.items():
-            model.objects.bulk_create(objs, batch_size=2000)
-        RunEvent.objects.bulk_create(events, batch_size=5000)
+            insert(model, objs)
+        insert(RunEvent, events)
         return {"runs": len(runs), "events": len(events)}
 
     def _run(self) -> Run:
