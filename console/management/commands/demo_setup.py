@@ -49,10 +49,11 @@ def read_logins() -> dict[str, str]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def login_url(host: str | None = None, port: str | None = None) -> str:
-    host = host or os.environ.get("HOST") or "127.0.0.1"
-    port = port or os.environ.get("PORT") or "8000"
-    return f"http://{host}:{port}/accounts/login/"
+def login_url(base_url: str | None = None) -> str:
+    if base_url is None:
+        host = os.environ.get("HOST") or "127.0.0.1"
+        base_url = f"http://{host}:{os.environ.get('PORT') or '8000'}"
+    return f"{base_url.rstrip('/')}/accounts/login/"
 
 
 def _ensure_person(tenant, external_id: str, name: str, role: str, password: str) -> bool:
@@ -103,8 +104,8 @@ class Command(ProvisioningCommand):
         self.stdout.write(login_banner(fresh))
 
 
-def login_banner(logins: dict[str, str]) -> str:
-    lines = [f"Sign in at {login_url()}", f"  admin:    {ADMIN}  password: {logins[ADMIN]}"]
+def login_banner(logins: dict[str, str], *, base_url: str | None = None) -> str:
+    lines = [f"Sign in at {login_url(base_url)}", f"  admin:    {ADMIN}  password: {logins[ADMIN]}"]
     for pid, _, role in PEOPLE[1:]:
         lines.append(f"  {role + ':':9} {pid}  password: {logins[pid]}")
     lines.append(f"(passwords are kept in {logins_file()})")
