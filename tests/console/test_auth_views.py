@@ -138,3 +138,31 @@ def test_pages_carry_csrf_header_and_no_inline_script(client, viewer_a):
     assert "<script>" not in html and " style=" not in html
     assert '<meta name="htmx-config"' in html
     assert "script-src 'self'" in response["Content-Security-Policy"]
+
+
+def test_static_files_are_served_with_debug_off_without_collectstatic(client, settings):
+    assert settings.DEBUG is False
+    for path in (
+        "/static/css/bulma.css",
+        "/static/css/gavel.css",
+        "/static/js/gavel.js",
+        "/static/django_htmx/htmx-2.min.js",
+        "/static/django_htmx/ext/hx-ws-2.min.js",
+    ):
+        response = client.get(path)
+        assert response.status_code == 200, path
+        body = b"".join(response.streaming_content) if response.streaming else response.content
+        assert len(body) > 1000 or path.endswith("gavel.js"), path
+
+
+def test_nav_pending_count_partial_renders_alone(reviewer_a):
+    from django.template.loader import render_to_string
+
+    from runs.selectors_pages import nav_pending_count_context
+    from tests.factories import ApprovalFactory
+
+    ApprovalFactory(run=RunFactory(tenant=reviewer_a.tenant))
+    html = render_to_string(
+        "base.html#nav-pending-count", nav_pending_count_context(viewer=reviewer_a)
+    )
+    assert html.startswith('<span id="nav-pending-count"') and ">1<" in html

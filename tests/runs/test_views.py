@@ -391,11 +391,16 @@ def test_handoff_is_drawn_between_the_messages_where_it_happened(client, viewer_
     )
 
 
-def test_user_content_is_escaped(client, viewer_a, full_run):
+def test_user_content_is_escaped(client, viewer_a, full_run, tenant_a):
     client.force_login(viewer_a.user)
     html = client.get("/runs/run_full/").content.decode()
     assert "<script>alert(1)</script>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    nasty = PrincipalFactory(tenant=tenant_a, external_id="<img src=x onerror=alert(1)>")
+    RunFactory(tenant=tenant_a, principal=nasty, current_agent_id="<b>bold</b>")
+    html = client.get("/runs/").content.decode()
+    assert "<img src=x" not in html and "<b>bold</b>" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
 
 
 def test_fragments_are_the_pages_own_html(client, viewer_a, full_run):
