@@ -87,14 +87,16 @@ def runs_visible_to(*, viewer: Viewer) -> QuerySet:
     from runs.models import Run
 
     require(viewer, "view_runs")
-    return Run.objects.filter(tenant_id=viewer.tenant_id)
+    return Run.objects.filter(tenant_id=viewer.tenant_id).defer("snapshot")
 
 
 def run_in_tenant(*, tenant_id: int, run_id: str):
     """The run with this wire id in this tenant, or NotFound. For writers (runtimes)."""
     from runs.models import Run
 
-    run = Run.objects.filter(tenant_id=tenant_id, external_id=run_id).first()
+    # The latest RunState (up to the body limit) is read only by GET .../state: deferred.
+    qs = Run.objects.filter(tenant_id=tenant_id, external_id=run_id).defer("snapshot")
+    run = qs.first()
     if run is None:
         raise NotFound(f"no run '{run_id}'", code="run_not_found")
     return run
@@ -104,7 +106,7 @@ def run_for(*, viewer: Viewer, run_id: str, for_update: bool = False):
     """The run a viewer asks for: NotFound outside its tenant, Forbidden without view_runs."""
     from runs.models import Run
 
-    qs = Run.objects.filter(tenant_id=viewer.tenant_id, external_id=run_id)
+    qs = Run.objects.filter(tenant_id=viewer.tenant_id, external_id=run_id).defer("snapshot")
     if for_update:
         qs = qs.select_for_update()
     run = qs.first()

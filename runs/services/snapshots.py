@@ -48,16 +48,27 @@ RUN_RELATED = ("tenant", "principal", "agent", "conversation")
 # --- the entry point ---
 
 
-@transaction.atomic
 def run_state_put(*, tenant: Tenant, run_id: str, state: RunStateIn) -> tuple[Run, bool]:
-    """Reconcile the run `run_id` to a whole state. (run, True) when this created the run."""
+    """Reconcile the run `run_id` to a whole state. (run, True) when this created the run.
+
+    An identical state is answered from one plain read (no transaction, no lock): it changes
+    nothing whatever happens concurrently. Anything else is one transaction under the lock.
+    """
     problems = run_state_problems(state, run_id=run_id)
     if problems:
         raise Invalid("the state is invalid", code="validation_error", details=problems)
     text, digest = state_serialize(state)
+    held = _runs(tenant_id=tenant.pk, run_id=run_id).first()
+    if held is not None and held.snapshot_digest == digest:
+        return held, False  # identical: nothing to write or publish
+    return _state_apply(tenant=tenant, run_id=run_id, state=state, text=text, digest=digest)
+
+
+@transaction.atomic
+def _state_apply(*, tenant, run_id: str, state: RunStateIn, text: str, digest: str):
     run = run_locked(tenant_id=tenant.pk, run_id=run_id)
     if run is not None and run.snapshot_digest == digest:
-        return run, False  # identical: nothing to read, write or publish
+        return run, False  # an identical PUT won the lock first
     created = run is None
     run = _reconcile(tenant=tenant, run=run, state=state, wire=json.loads(text), digest=digest)
     return run, created
@@ -80,10 +91,14 @@ def state_serialize(state: RunStateIn) -> tuple[str, str]:
     return text, hashlib.sha256(text.encode()).hexdigest()
 
 
+def _runs(*, tenant_id: int, run_id: str):
+    qs = Run.objects.select_related(*RUN_RELATED).defer("snapshot")
+    return qs.filter(tenant_id=tenant_id, external_id=run_id)
+
+
 def run_locked(*, tenant_id: int, run_id: str) -> Run | None:
     """The run's row, locked (the row only: not the tenant's or principal's), snapshot deferred."""
-    qs = Run.objects.select_for_update(of=("self",)).select_related(*RUN_RELATED)
-    return qs.defer("snapshot").filter(tenant_id=tenant_id, external_id=run_id).first()
+    return _runs(tenant_id=tenant_id, run_id=run_id).select_for_update(of=("self",)).first()
 
 
 def _reconcile(*, tenant, run, state: RunStateIn, wire: dict, digest: str, parent=None) -> Run:
