@@ -16,9 +16,7 @@ from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
-from django.db.models import JSONField
 from django.utils import timezone
-from psycopg.types.json import Jsonb
 
 from approvals.models import Approval, ApprovalStatus
 from console.models import Principal
@@ -36,6 +34,7 @@ from runs.models import (
     ToolResult,
     Verdict,
 )
+from runs.services.common import bulk_insert
 
 CHUNK = 2000
 AGENTS = ("support-bot", "billing-bot", "research-agent", "triage", "sql-analyst", "scheduler")
@@ -96,37 +95,14 @@ class Command(BaseCommand):
 
 
 def insert(model, objs: list) -> None:
-    """Bulk insert: PostgreSQL COPY (ids drawn from the table's sequence first, so children
-    can point at their run), elsewhere bulk_create. COPY is ~5x faster than Django's INSERT
-    here, whose client-side quoting of array parameters dominates at this volume."""
-    if not objs:
+    """Runs by bulk_create (their ids come back, children need them); every other row through
+    the ingest path's own fast insert (COPY on PostgreSQL), once its run id is filled in."""
+    if model is Run:
+        Run.objects.bulk_create(objs, batch_size=1000)
         return
-    if connection.vendor != "postgresql":
-        model.objects.bulk_create(objs, batch_size=2000)
-        return
-    meta, quote = model._meta, connection.ops.quote_name
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
-            [meta.db_table, meta.pk.column, len(objs)],
-        )
-        for obj, (pk,) in zip(objs, cursor.fetchall(), strict=True):
-            obj._prepare_related_fields_for_save(operation_name="bulk_create")
-            obj.pk = pk
-        fields = meta.concrete_fields
-        names = [f.attname for f in fields]
-        is_json = [isinstance(f, JSONField) for f in fields]
-        columns = ", ".join(quote(f.column) for f in fields)
-        sql = f"COPY {quote(meta.db_table)} ({columns}) FROM STDIN"
-        with cursor.cursor.copy(sql) as copy:
-            for obj in objs:
-                values = obj.__dict__
-                copy.write_row(
-                    [
-                        Jsonb(values[n]) if j and values[n] is not None else values[n]
-                        for n, j in zip(names, is_json, strict=True)
-                    ]
-                )
+    for obj in objs:
+        obj._prepare_related_fields_for_save(operation_name="bulk_create")
+    bulk_insert(objs)
 
 
 class Seeder:
