@@ -8,7 +8,19 @@ from django.db import OperationalError
 
 from approvals.models import Approval
 from console.models import Principal
-from runs.models import Handoff, Message, Run, RunEvent, Step, ToolResult, UsageDaily, Verdict
+from runs.models import (
+    Agent,
+    AgentVersion,
+    Conversation,
+    Handoff,
+    Message,
+    Run,
+    RunEvent,
+    Step,
+    ToolResult,
+    UsageDaily,
+    Verdict,
+)
 from tests.conftest import ApiClient
 from tests.factories import make_key
 
@@ -91,6 +103,9 @@ def test_admission_creates_the_run_and_registers_unknown_ids(ingest_a, tenant_a)
     assert body["startedAt"].startswith("2026-12-02T10:00:00")
     principal = Principal.objects.get(tenant=tenant_a, external_id="alice@example.com")
     assert principal.reviewed is False
+    assert Agent.objects.filter(tenant=tenant_a, external_id="support-bot").exists()
+    assert AgentVersion.objects.filter(agent__external_id="support-bot", version=3).exists()
+    assert Conversation.objects.filter(tenant=tenant_a, external_id="conv_42").exists()
 
 
 def test_identical_admission_replay_is_200_and_changes_nothing(ingest_a, admitted):

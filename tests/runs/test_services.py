@@ -123,3 +123,17 @@ def test_step_start_sets_current_agent_and_step_count(run):
     run.refresh_from_db()
     assert (run.current_agent_id, run.steps) == ("planner", 3)
     assert Step.objects.get(run=run, number=3).model == "m"
+
+
+def test_an_explicit_expiry_is_kept_and_a_missing_one_takes_the_tenant_ttl(run):
+    from datetime import timedelta
+
+    at = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+    calls = [
+        {"tool_call_id": "c1", "tool_name": "a", "expires_at": at + timedelta(hours=2)},
+        {"tool_call_id": "c2", "tool_name": "b"},
+    ]
+    first, second = approvals_request(run=run, step=1, calls=calls, requested_at=at)
+    assert first.expires_at == at + timedelta(hours=2)
+    assert second.expires_at == at + timedelta(seconds=run.tenant.approval_ttl_seconds)
+    assert (first.position, second.position) == (1, 2)
