@@ -17,7 +17,6 @@ from approvals.selectors import (
     decisions_answer,
     parse_cursor,
     parse_wait,
-    seconds_to_next_expiry,
 )
 from approvals.services.decisions import UNSET, approval_decide
 from console import access, realtime
@@ -109,10 +108,11 @@ async def _wait_for_decisions(*, run, after, wait: float) -> dict:
     async with realtime.wait_for(group) as woken:
         while True:
             final = loop.time() >= deadline
-            answer = await sync_to_async(decisions_answer)(run=run, after=after, deliver=final)
+            answer, until_expiry = await sync_to_async(decisions_answer)(
+                run=run, after=after, deliver=final
+            )
             if answer is not None:
                 return answer
-            until_expiry = await sync_to_async(seconds_to_next_expiry)(run=run)
             timeout = min(deadline - loop.time(), DECISION_RECHECK_SECONDS, until_expiry)
             await woken.wait(max(0.0, timeout))
 

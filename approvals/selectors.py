@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 
-from django.db.models import Max
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
@@ -280,45 +279,49 @@ def _decision(approval) -> dict:
     }
 
 
-def decisions_answer(*, run, after: int | None, deliver: bool) -> dict | None:
-    """The long-poll's answer, or None while it should keep waiting (nothing new and calls
-    still pending) unless `deliver` (the wait is over). Answering marks the answered
-    decisions delivered: that is the runtime's pickup, which reviewers see."""
-    from approvals.services.decisions import approvals_mark_delivered
-
-    approvals_expire_due(run=run)
-    of_run = Approval.objects.filter(run=run)
-    top = of_run.aggregate(m=Max("decision_seq"))["m"] or 0
-    decided = of_run.filter(status__in=DECIDED, decision_seq__lte=top)
-    if after is None:
-        decided = decided.filter(delivered_at__isnull=True)
-    else:
-        decided = decided.filter(decision_seq__gt=after)
-    rows = list(decided.select_related("decided_by").order_by("decision_seq"))
-    pending = list(
-        of_run.filter(status=ApprovalStatus.PENDING)
-        .order_by("position", "id")
-        .values_list("tool_call_id", flat=True)
+def _calls_of(run) -> list[Approval]:
+    return list(
+        Approval.objects.filter(run=run).select_related("decided_by").order_by("position", "id")
     )
-    if not rows and pending and not deliver:
-        return None
-    approvals_mark_delivered(run=run, approval_ids=[a.pk for a in rows if not a.delivered_at])
-    return {
-        "complete": not pending,
-        "decisions": [_decision(a) for a in rows],
-        "pending": pending,
-        "cursor": str(max(top, after or 0)),
-    }
 
 
-def seconds_to_next_expiry(*, run) -> float:
-    """Seconds until the run's next pending call expires (a long-poll wakes then)."""
-    from approvals.services.expiry import next_expiry
-
-    moment = next_expiry(run=run)
+def _seconds_until(moment) -> float:
     if moment is None:
         return 3600.0
     return max(0.0, (moment - timezone.now()).total_seconds()) + 0.01
+
+
+def decisions_answer(*, run, after: int | None, deliver: bool) -> tuple[dict | None, float]:
+    """The long-poll's answer, or None while it should keep waiting (nothing new and calls
+    still pending) unless `deliver` (the wait is over); and the seconds until the run's next
+    expiry (when a waiting poll should look again). One read of the run's calls (a consistent
+    snapshot: the cursor never runs ahead of the decisions answered). Answering marks the
+    answered decisions delivered: that is the runtime's pickup, which reviewers see."""
+    from approvals.services.decisions import approvals_mark_delivered
+
+    calls = _calls_of(run)
+    now = timezone.now()
+    if any(c.status == ApprovalStatus.PENDING and c.expires_at <= now for c in calls):
+        approvals_expire_due(run=run, now=now)
+        calls = _calls_of(run)
+    top = max((c.decision_seq or 0 for c in calls), default=0)
+    decided = [c for c in calls if c.status in DECIDED and c.decision_seq]
+    if after is None:
+        decided = [c for c in decided if c.delivered_at is None]
+    else:
+        decided = [c for c in decided if c.decision_seq > after]
+    decided.sort(key=lambda c: c.decision_seq)
+    pending = [c for c in calls if c.status == ApprovalStatus.PENDING]
+    if not decided and pending and not deliver:
+        return None, _seconds_until(min(c.expires_at for c in pending))
+    approvals_mark_delivered(run=run, approvals=[c for c in decided if not c.delivered_at])
+    answer = {
+        "complete": not pending,
+        "decisions": [_decision(c) for c in decided],
+        "pending": [c.tool_call_id for c in pending],
+        "cursor": str(max(top, after or 0)),
+    }
+    return answer, 0.0
 
 
 def approvals_list(*, viewer, status=None, run_id=None, limit=50, cursor=None) -> dict:

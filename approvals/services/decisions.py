@@ -169,20 +169,23 @@ def approval_decide(*, approval, viewer, decision, message=None, arguments=UNSET
 
 
 @transaction.atomic
-def approvals_mark_delivered(*, run, approval_ids=None) -> int:
+def approvals_mark_delivered(*, run, approvals=None) -> int:
     """The runtime picked up the run's decided calls (it read decisions, or posted an event
-    for the run): reviewers see "runtime resumed". Returns how many were newly marked."""
+    for the run): reviewers see "runtime resumed". `approvals`: only these (the long-poll
+    passes what it answered with). Returns how many were newly marked."""
     qs = Approval.objects.filter(run=run, decided_at__isnull=False, delivered_at__isnull=True)
-    if approval_ids is not None:
-        qs = qs.filter(pk__in=list(approval_ids))
-    marked = list(qs.values_list("pk", "public_id"))
+    if approvals is None:
+        marked = list(qs.values_list("pk", "public_id"))
+    else:
+        marked = [(a.pk, a.public_id) for a in approvals]
     if not marked:
         return 0
-    Approval.objects.filter(pk__in=[pk for pk, _ in marked]).update(delivered_at=timezone.now())
-    realtime.approvals_changed(
-        run=run, approval_ids=[public_id for _, public_id in marked], change="delivered"
-    )
-    return len(marked)
+    count = qs.filter(pk__in=[pk for pk, _ in marked]).update(delivered_at=timezone.now())
+    if count:
+        realtime.approvals_changed(
+            run=run, approval_ids=[public_id for _, public_id in marked], change="delivered"
+        )
+    return count
 
 
 @transaction.atomic

@@ -44,9 +44,3 @@ def approvals_expire_due(
             action="approval.expired",
         )
     return expired
-
-
-def next_expiry(*, run):
-    """When the run's next pending approval expires (None: nothing pending)."""
-    pending = Approval.objects.filter(run=run, status=ApprovalStatus.PENDING)
-    return pending.order_by("expires_at").values_list("expires_at", flat=True).first()
