@@ -137,3 +137,48 @@ def test_an_explicit_expiry_is_kept_and_a_missing_one_takes_the_tenant_ttl(run):
     assert first.expires_at == at + timedelta(hours=2)
     assert second.expires_at == at + timedelta(seconds=run.tenant.approval_ttl_seconds)
     assert (first.position, second.position) == (1, 2)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_same_batch_posted_twice_at_once_is_applied_once():
+    """The run's row lock serializes batches: the second sees the first's events as held."""
+    import threading
+
+    from django.db import connection
+
+    from runs.schemas import EventBatchIn
+    from runs.services.ingest import run_events_apply
+    from tests.factories import TenantFactory
+
+    tenant = TenantFactory(slug="race")
+    run = RunFactory(tenant=tenant, external_id="run_race")
+    events = [
+        {"seq": 1, "type": "step.started", "step": 1, "agentId": "a", "model": "m"},
+        {
+            "seq": 2,
+            "type": "step.finished",
+            "step": 1,
+            "model": "m",
+            "usage": {"inputTokens": 5, "outputTokens": 1, "costMinorUnits": 2},
+        },
+    ]
+    batch = EventBatchIn.model_validate({"events": events}).events
+    results, barrier = [], threading.Barrier(2)
+
+    def post():
+        try:
+            barrier.wait()
+            results.append(run_events_apply(run=run, events=batch))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=post) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    run.refresh_from_db()
+    assert results == [2, 2]
+    assert (run.last_seq, run.input_tokens) == (2, 5)
+    assert UsageDaily.objects.get(tenant=tenant).input_tokens == 5
