@@ -125,6 +125,19 @@ def test_admission_with_a_different_body_is_409_naming_the_fields(ingest_a, admi
     assert Run.objects.get().agent_version == 3
 
 
+def test_a_run_first_seen_through_a_snapshot_adopts_its_first_admission(ingest_a, tenant_a):
+    from tests.factories import RunFactory
+
+    RunFactory(tenant=tenant_a, external_id="run_1", principal=None, agent_version=0)
+    response = ingest_a.post(RUNS, new_run())
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["principalId"], body["agentVersion"]) == ("alice@example.com", 3)
+    assert body["limits"] == {"maxSteps": 20}
+    assert ingest_a.post(RUNS, new_run()).status_code == 200
+    assert ingest_a.post(RUNS, new_run(agentVersion=9)).status_code == 409
+
+
 def test_deactivated_principal_is_403(ingest_a, tenant_a):
     Principal.objects.create(tenant=tenant_a, external_id="alice@example.com", is_active=False)
     response = ingest_a.post(RUNS, new_run())
