@@ -7,7 +7,7 @@ single winner. A parent's mirrored approval and the parked child's call are deci
 """
 
 from django.db import transaction
-from django.db.models import Max, Q
+from django.db.models import Max
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
@@ -22,17 +22,11 @@ UNSET = object()
 
 
 def _mirror_targets(approval: Approval) -> list[Approval]:
-    """The approvals decided together with this one (a parent's mirror ↔ the child's call)."""
-    try:  # H3's snapshot adapter knows the pairing; until it lands, follow `mirror_of`.
-        from runs.services.snapshots import approval_mirror_targets
-    except ImportError:
-        approval_mirror_targets = None
-    if approval_mirror_targets is not None:
-        return [a for a in approval_mirror_targets(approval) if a.pk != approval.pk]
-    root_id = approval.mirror_of_id or approval.pk
-    group = Approval.objects.select_related("run", "run__tenant")
-    group = group.filter(Q(pk=root_id) | Q(mirror_of_id=root_id)).exclude(pk=approval.pk)
-    return list(group)
+    """The approvals decided together with this one (a parent's mirror ↔ the child's call, at
+    any depth): runs.services.snapshots knows the pairing."""
+    from runs.services.snapshots import approval_mirror_targets  # imports approvals' models
+
+    return [a for a in approval_mirror_targets(approval) if a.pk != approval.pk]
 
 
 def _lock_runs(run_ids) -> None:
