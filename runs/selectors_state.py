@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from pydantic.alias_generators import to_camel
+
 from approvals.models import Approval, ApprovalStatus
+from approvals.selectors import _decision as long_poll_decision
+from approvals.services.expiry import approvals_expire_due
 from runs.models import Handoff, Run, RunStatus
 
 DECIDED = (ApprovalStatus.APPROVED, ApprovalStatus.DENIED, ApprovalStatus.EXPIRED)
@@ -36,7 +40,9 @@ def snapshot_current_state(run: Run) -> dict | None:
 
 
 def run_state_render(*, run: Run) -> dict:
-    """The run as a wire RunState (camelCase keys), with `decisions`."""
+    """The run as a wire RunState (camelCase keys), with `decisions`. Like every reader of
+    approvals, it first expires what is past its time (those are decisions too)."""
+    approvals_expire_due(run=run)
     state = snapshot_current_state(run)
     if state is None:
         return _from_rows(run)
@@ -44,25 +50,8 @@ def run_state_render(*, run: Run) -> dict:
 
 
 def decision_item(approval: Approval) -> dict:
-    """A decided approval in the long-poll's shape: for a denial or an expiry `message` is the
-    text the model reads; for an approval `arguments` are the ones to run."""
-    approved = approval.status == ApprovalStatus.APPROVED
-    if approved:
-        arguments = approval.decided_arguments
-        arguments = approval.arguments if arguments is None else arguments
-        message = approval.message
-    else:
-        arguments = None
-        message = approval.rejection_message if approval.message is None else approval.message
-    return {
-        "approvalId": approval.public_id,
-        "toolCallId": approval.tool_call_id,
-        "decision": approval.status,
-        "message": message,
-        "arguments": arguments,
-        "decidedBy": approval.decided_by.external_id if approval.decided_by_id else None,
-        "decidedAt": approval.decided_at,
-    }
+    """A decided approval in the long-poll's shape (approvals/selectors.py makes it)."""
+    return {to_camel(key): value for key, value in long_poll_decision(approval).items()}
 
 
 def _decision_order(approval: Approval):

@@ -1,9 +1,9 @@
 """POST /api/v1/runs/{runId}/outcome: an llm-client invocation's IRunOutcome."""
 
 import pytest
-from django.utils import timezone
 
-from approvals.models import Approval, ApprovalStatus
+from approvals.models import Approval
+from approvals.services.decisions import approval_decide
 from runs.models import Message, Run, UsageDaily
 from tests.runs.states import RUNS, outcome, outcome_url, pending_call, text, usage
 
@@ -68,13 +68,10 @@ def done():
 
 
 def decide_all(reviewer):
-    now = timezone.now()
-    Approval.objects.filter(tool_call_id="c1").update(
-        status=ApprovalStatus.APPROVED, decided_by=reviewer, decided_at=now
-    )
-    Approval.objects.filter(tool_call_id="c2").update(
-        status=ApprovalStatus.DENIED, decided_by=reviewer, decided_at=now, message="no"
-    )
+    """c1 approved, c2 denied with a message, through the decision service."""
+    for call_id, decision, message in (("c1", "approve", None), ("c2", "deny", "no")):
+        approval = Approval.objects.select_related("run").get(tool_call_id=call_id)
+        approval_decide(approval=approval, viewer=reviewer, decision=decision, message=message)
 
 
 def snapshot(run_id="run_o"):

@@ -4,6 +4,7 @@ import pytest
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
+from approvals.services.decisions import UNSET, approval_decide
 from console.models import Principal
 from runs.models import Handoff, Message, Run, Step, ToolResult, UsageDaily, Verdict
 from runs.services.snapshots import approval_mirror_targets
@@ -27,17 +28,12 @@ def put(api, body, run_id=None):
     return api.put(state_url(run_id or body["id"]), body)
 
 
-def decide(approval_row, status, *, by, message=None, arguments=None):
-    """What the decision service does: the approval and every mirror of the same call."""
-    for row in [approval_row, *approval_mirror_targets(approval_row)]:
-        if row.status != ApprovalStatus.PENDING:
-            continue
-        row.status = status
-        row.decided_by = by
-        row.decided_at = timezone.now()
-        row.message = message if status != ApprovalStatus.APPROVED else None
-        row.decided_arguments = arguments if status == ApprovalStatus.APPROVED else None
-        row.save()
+def decide(call, decision, *, by, message=None, arguments=UNSET):
+    """A reviewer's decision, through the decision service (it decides mirrors too)."""
+    approval = Approval.objects.select_related("run").get(pk=call.pk)
+    return approval_decide(
+        approval=approval, viewer=by, decision=decision, message=message, arguments=arguments
+    )
 
 
 # --- acceptance: the whole state lands in one PUT and decisions show in GET state ---
@@ -82,12 +78,12 @@ def test_deciding_both_parent_calls_and_the_mirrored_child_call_shows_in_get_sta
     parent = Approval.objects.filter(run__external_id="run_rich")
     decide(
         parent.get(tool_call_id="call_a"),
-        ApprovalStatus.APPROVED,
+        "approve",
         by=reviewer_a,
         arguments={"to": "carol"},
     )
-    decide(parent.get(tool_call_id="call_b"), ApprovalStatus.DENIED, by=reviewer_a, message="No.")
-    decide(parent.get(tool_call_id="call_c"), ApprovalStatus.APPROVED, by=reviewer_a)
+    decide(parent.get(tool_call_id="call_b"), "deny", by=reviewer_a, message="No.")
+    decide(parent.get(tool_call_id="call_c"), "approve", by=reviewer_a)
     child_call = Approval.objects.get(run__external_id="run_child", tool_call_id="call_c")
     assert child_call.status == ApprovalStatus.APPROVED  # the mirror decided the child's too
 
@@ -138,6 +134,17 @@ def test_mirror_targets_follow_the_chain_both_ways(ingest_a):
     assert approval_mirror_targets(original)[0].run.tenant.slug == "tenant-a"
     own = Approval.objects.get(run__external_id="run_rich", tool_call_id="call_a")
     assert approval_mirror_targets(own) == []
+
+
+def test_an_expired_call_is_a_decision_in_get_state(ingest_a):
+    put(ingest_a, state("run_exp", status="awaiting_approval", pendingApprovals=[approval("c1")]))
+    Approval.objects.filter(tool_call_id="c1").update(expires_at=timezone.now())
+    body = ingest_a.get(state_url("run_exp")).json()
+    assert body["pendingApprovals"] == []
+    (decision,) = body["decisions"]
+    assert decision["decision"] == "expired"
+    assert decision["message"] == "The user declined send_email."
+    assert decision["decidedBy"] is None
 
 
 # --- semantics of the reconciliation ---
@@ -405,7 +412,7 @@ def test_get_state_renders_an_event_fed_run_with_decisions(ingest_a, reviewer_a)
         },
     ]
     assert ingest_a.post(f"{RUNS}/run_ev/events", {"events": events}).status_code == 200
-    decide(Approval.objects.get(tool_call_id="c1"), ApprovalStatus.DENIED, by=reviewer_a)
+    decide(Approval.objects.get(tool_call_id="c1"), "deny", by=reviewer_a)
     body = ingest_a.get(state_url("run_ev")).json()
     assert body["id"] == "run_ev"
     assert body["userId"] == "al"
