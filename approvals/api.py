@@ -9,6 +9,8 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from ninja import Field, Query, Router, Schema
 from ninja.security import APIKeyCookie
+from pydantic import ConfigDict
+from pydantic.alias_generators import to_camel
 
 from approvals.schemas import ApprovalOut, approval_resource
 from approvals.selectors import (
@@ -82,6 +84,10 @@ class DecisionsOut(CamelSchema):
 
 
 class DecisionIn(CamelSchema):
+    """A misspelt field is a 422, never silently dropped (as every request body here)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
     decision: Literal["approve", "deny"]
     message: str | None = None
     arguments: Any = None

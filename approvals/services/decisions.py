@@ -100,15 +100,19 @@ def _validate(approval, decision, message, arguments):
     if decision not in DECISIONS:
         raise Invalid(
             "decision must be 'approve' or 'deny'",
+            code="validation_error",
             details=[{"path": "decision", "message": "must be approve or deny"}],
         )
     if message is not None and not isinstance(message, str):
         raise Invalid(
-            "message must be a string", details=[{"path": "message", "message": "not a string"}]
+            "message must be a string",
+            code="validation_error",
+            details=[{"path": "message", "message": "not a string"}],
         )
     if arguments is not UNSET and decision != "approve":
         raise Invalid(
             "arguments may only be edited when approving",
+            code="validation_error",
             details=[{"path": "arguments", "message": "only with decision=approve"}],
         )
 

@@ -63,10 +63,18 @@ def test_decide_errors_in_the_contracts_order(client, tenant_a, tenant_b, approv
 
 
 def test_invalid_bodies_are_422_and_change_nothing(decide_a, approval):
-    for body in ({"decision": "maybe"}, {}, {"decision": "deny", "arguments": {"a": 1}}):
+    bodies = (
+        {"decision": "maybe"},
+        {},
+        {"decision": "deny", "arguments": {"a": 1}},
+        {"decision": "deny", "mesage": "a misspelt field is not dropped"},
+        {"decision": "deny", "message": 7},
+    )
+    for body in bodies:
         response = decide_a.post(decide_path(approval), body)
         assert response.status_code == 422, body
-        assert response.json()["error"]["code"] in ("validation_error", "invalid")
+        assert response.json()["error"]["code"] == "validation_error"
+        assert response.json()["error"]["details"], body
     malformed = decide_a.post(decide_path(approval), raw="{nope")
     assert malformed.status_code == 400  # the API's answer to a body that is not JSON at all
     assert malformed.json()["error"]["code"] == "bad_request"
@@ -212,3 +220,19 @@ def test_decisions_of_another_tenants_run_are_404(ingest_b, run_a, approval):
 
 def test_a_decide_key_may_not_read_decisions(decide_a, run_a):
     assert decisions(decide_a, run_a).status_code == 403
+
+
+def test_the_openapi_schema_describes_the_approvals_endpoints(client):
+    schema = client.get("/api/v1/openapi.json").json()
+    paths = schema["paths"]
+    poll = paths["/api/v1/runs/{run_id}/decisions"]["get"]
+    assert {p["name"] for p in poll["parameters"]} >= {"run_id", "wait", "after"}
+    decide = paths["/api/v1/approvals/{approval_id}/decision"]["post"]
+    assert set(decide["responses"]) >= {"200", "401", "403", "404", "409", "422"}
+    out = schema["components"]["schemas"]["DecisionsOut"]["properties"]
+    assert set(out) == {"complete", "decisions", "pending", "cursor"}
+    decision = schema["components"]["schemas"]["DecisionOut"]["properties"]
+    assert set(decision) == {
+        "approvalId", "toolCallId", "decision", "message", "arguments", "decidedBy", "decidedAt"
+    }  # fmt: skip
+    assert "/api/v1/approvals" in paths
