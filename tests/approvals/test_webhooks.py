@@ -171,3 +171,20 @@ def test_the_worker_thread_delivers_after_commit(hook, tenant_a, reviewer_a, set
         webhooks.stop_worker()
     assert len(receiver.requests) == 1
     assert WebhookDelivery.objects.get().status == DeliveryStatus.DELIVERED
+
+
+def test_the_create_webhook_command_prints_the_secret_once(tenant_a):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    out = StringIO()
+    call_command(
+        "create_webhook", "--tenant", "tenant-a", "--url", "https://h.example/", stdout=out
+    )
+    secret = out.getvalue().strip().splitlines()[-1]
+    assert Webhook.objects.get().secret == secret and secret.startswith("whsec_")
+    with pytest.raises(CommandError, match="https"):
+        call_command("create_webhook", "--tenant", "tenant-a", "--url", "http://h.example/")
+    with pytest.raises(CommandError, match="tenant"):
+        call_command("create_webhook", "--tenant", "nope", "--url", "https://h.example/")
