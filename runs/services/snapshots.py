@@ -66,12 +66,26 @@ def run_state_put(*, tenant: Tenant, run_id: str, state: RunStateIn) -> tuple[Ru
 
 @transaction.atomic
 def _state_apply(*, tenant, run_id: str, state: RunStateIn, text: str, digest: str):
-    run = run_locked(tenant_id=tenant.pk, run_id=run_id)
-    if run is not None and run.snapshot_digest == digest:
-        return run, False  # an identical PUT won the lock first
-    created = run is None
-    run = _reconcile(tenant=tenant, run=run, state=state, wire=json.loads(text), digest=digest)
+    _lock_tree(tenant_id=tenant.pk, state=state)
+    run, created = _run_held_or_new(tenant=tenant, state=state, parent=None)
+    if not created and run.snapshot_digest == digest:
+        return run, False  # an identical PUT got there first
+    _reconcile(run=run, created=created, state=state, wire=json.loads(text), digest=digest)
     return run, created
+
+
+def _lock_tree(*, tenant_id: int, state: RunStateIn) -> None:
+    """Lock the held runs of the state and its sub-runs at once, in primary-key order (the
+    decision service locks a parent and its child in that order too: no deadlock)."""
+    ids, todo = [], [state]
+    while todo:
+        current = todo.pop()
+        ids.append(current.id)
+        todo += [e.state for e in current.pending_sub_runs or []]
+    qs = Run.objects.select_for_update(of=("self",)).filter(
+        tenant_id=tenant_id, external_id__in=ids
+    )
+    list(qs.order_by("pk").values_list("pk", flat=True))
 
 
 def state_serialize(state: RunStateIn) -> tuple[str, str]:
@@ -101,10 +115,8 @@ def run_locked(*, tenant_id: int, run_id: str) -> Run | None:
     return _runs(tenant_id=tenant_id, run_id=run_id).select_for_update(of=("self",)).first()
 
 
-def _reconcile(*, tenant, run, state: RunStateIn, wire: dict, digest: str, parent=None) -> Run:
-    if run is None:
-        run = _run_create(tenant=tenant, state=state, parent=parent)
-    else:
+def _reconcile(*, run: Run, created: bool, state: RunStateIn, wire: dict, digest: str, parent=None):
+    if not created:
         _run_adopt(run=run, state=state, parent=parent)
     w = RunWrites(run)
     children = _sub_runs(run=run, state=state, wire=wire)
@@ -120,14 +132,17 @@ def _reconcile(*, tenant, run, state: RunStateIn, wire: dict, digest: str, paren
     run.snapshot_digest = digest
     w.touch("snapshot", "snapshot_digest")
     w.flush()
-    return run
 
 
 # --- the run itself ---
 
 
-def _run_create(*, tenant, state: RunStateIn, parent: Run | None) -> Run:
-    """A run first seen through a snapshot: agentVersion 0, the principal only if named."""
+def _run_held_or_new(*, tenant, state: RunStateIn, parent: Run | None) -> tuple[Run, bool]:
+    """The held run (locked), or a new one first seen through this snapshot: agentVersion 0,
+    its principal only if the state names one. (run, True) when it is new."""
+    run = run_locked(tenant_id=tenant.pk, run_id=state.id)
+    if run is not None:
+        return run, False
     fields = {
         "agent": common.agent_ensure(tenant=tenant, external_id=state.agent_id),
         "agent_version": 0,
@@ -140,12 +155,10 @@ def _run_create(*, tenant, state: RunStateIn, parent: Run | None) -> Run:
     try:
         with transaction.atomic():
             run = Run.objects.create(tenant=tenant, external_id=state.id, **fields)
-    except IntegrityError:  # a concurrent PUT created it first: reconcile onto that one
-        run = run_locked(tenant_id=tenant.pk, run_id=state.id)
-        _run_adopt(run=run, state=state, parent=parent)
-        return run
+    except IntegrityError:  # a concurrent PUT created it first: that one is held now
+        return run_locked(tenant_id=tenant.pk, run_id=state.id), False
     realtime.run_changed(run=run, what=["created"])
-    return run
+    return run, True
 
 
 def _run_adopt(*, run: Run, state: RunStateIn, parent: Run | None) -> None:
@@ -190,15 +203,14 @@ def _touch_header(run: Run, field: str) -> None:
 def _sub_runs(*, run: Run, state: RunStateIn, wire: dict) -> dict[str, Run]:
     """Each parked sub-run becomes (or updates) a child run holding its own state."""
     children = {}
-    for entry, raw in zip(
-        state.pending_sub_runs or [], wire.get("pendingSubRuns") or [], strict=True
-    ):
-        text, digest = state_serialize(entry.state)
-        child = run_locked(tenant_id=run.tenant_id, run_id=entry.state.id)
-        if child is None or child.snapshot_digest != digest:
-            child = _reconcile(
-                tenant=run.tenant,
+    entries = zip(state.pending_sub_runs or [], wire.get("pendingSubRuns") or [], strict=True)
+    for entry, raw in entries:
+        _, digest = state_serialize(entry.state)
+        child, created = _run_held_or_new(tenant=run.tenant, state=entry.state, parent=run)
+        if created or child.snapshot_digest != digest:
+            _reconcile(
                 run=child,
+                created=created,
                 state=entry.state,
                 wire=raw["state"],
                 digest=digest,

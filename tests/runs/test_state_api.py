@@ -467,3 +467,30 @@ def test_openapi_describes_state_in_camel_case(client):
 
 def test_child_state_builder_is_valid_on_its_own(ingest_a):
     assert put(ingest_a, child_state("run_solo")).status_code == 201
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_puts_of_a_new_state_create_one_run_once(tenant_a):
+    """Racing PUTs of the same new state (with a sub-run): one creates, the others find it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+
+    from runs.schemas_state import RunStateIn
+    from runs.services.snapshots import run_state_put
+
+    body = RunStateIn.model_validate(rich_state("run_race"))
+
+    def one(_):
+        try:
+            return run_state_put(tenant=tenant_a, run_id="run_race", state=body)[1]
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        created = list(pool.map(one, range(4)))
+    assert sorted(created) == [False, False, False, True]
+    assert Run.objects.filter(external_id__in=["run_race", "run_child"]).count() == 2
+    assert Message.objects.filter(run__external_id="run_race").count() == 2
+    assert Approval.objects.filter(run__external_id="run_race").count() == 3
