@@ -165,7 +165,8 @@ def main() -> None:
     _, key = _support.provision(scopes="ingest")
     print(
         f"ingest: {rounds} rounds of {runs} runs x {batches} batches x {BATCH} events, "
-        f"{clients} concurrent clients, {servers} daphne process(es)"
+        f"{clients} concurrent clients, {servers} daphne process(es); "
+        f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
     )
     console, baseline = [], []
     with contextlib.ExitStack() as stack:
@@ -185,3 +186,4 @@ def main() -> None:
     print(f"ingest console (median): {c:,.0f} events/s")
     print(f"ingest baseline psycopg executemany (median): {b:,.0f} rows/s")
     print(f"ingest ratio console/baseline: {c / b:.2f} (target >= 1.0)")
+    print(f"  load average after: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
