@@ -36,6 +36,12 @@ def _roles(principal: Principal):
     return cached
 
 
+def roles_key(principal: Principal) -> str:
+    """The principal's roles as a short key: two principals with the same key get the same
+    answers from `can` (live sockets render once per such audience)."""
+    return ",".join(sorted(str(role.pk) for role in _roles(principal)))
+
+
 def capabilities_of(principal: Principal) -> set[str]:
     caps: set[str] = set()
     for role in _roles(principal):

@@ -1,3 +1,5 @@
+"""HTTP to Django; WebSockets behind the Origin check and the session (console/routing.py)."""
+
 import os
 
 from django.core.asgi import get_asgi_application
@@ -9,7 +11,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-websocket_urlpatterns: list = []
+from console.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {

@@ -1,19 +1,33 @@
-"""The only publisher to the channel layer. Services call `publish_on_commit`; nothing else
-touches the layer. Messages are small dicts of ids and facts, never HTML, never content."""
+"""The only publisher to the channel layer. Services call `run_changed` / `approvals_changed`
+(deferred to `transaction.on_commit`); nothing else touches the layer. Messages are small dicts
+of ids and facts, never HTML, never content. docs/realtime.md lists every event and its group.
 
+Publishing is safe from every context: from async code (a task on the running loop), from a
+sync thread inside daphne (sent on daphne's own loop, so the Redis pub/sub layer reuses that
+loop's connection) and from plain sync code such as a management command (a publisher loop of
+its own, in one daemon thread, so the connection is made once, not once per message).
+"""
+
+import asyncio
+import hashlib
 import logging
+import os
+import secrets
+import threading
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import SyncToAsync
 from channels.layers import get_channel_layer
+from django.contrib.auth.signals import user_logged_out
 from django.db import transaction
+from django.db.models.signals import post_init, post_save
+from django.dispatch import receiver
 
 log = logging.getLogger(__name__)
+SEND_TIMEOUT = 5.0  # seconds a sync caller waits for the layer at most
 
 
 def run_group(tenant_id: int, run_id: str) -> str:
     # Group names allow only ASCII alphanumerics, hyphens, underscores and periods (< 100 chars).
-    import hashlib
-
     digest = hashlib.sha1(run_id.encode()).hexdigest()[:20]  # noqa: S324 - a name, not a secret
     return f"run.{tenant_id}.{digest}"
 
@@ -26,18 +40,81 @@ def runlist_group(tenant_id: int) -> str:
     return f"runs.{tenant_id}"
 
 
+def user_group(user_id: int) -> str:
+    """Every socket of one signed-in user (sign-out and deactivation close them)."""
+    return f"user.{user_id}"
+
+
+def session_tag(session_key: str | None) -> str | None:
+    """A short digest naming a session on the layer (the key itself never travels)."""
+    if not session_key:
+        return None
+    return hashlib.sha256(session_key.encode()).hexdigest()[:24]
+
+
+def _outer_loop():
+    """The server's event loop when this is one of its sync threads (a sync view under daphne,
+    or database_sync_to_async), else None."""
+    local = SyncToAsync.threadlocal
+    loop = getattr(local, "main_event_loop", None)
+    if loop is None or getattr(local, "main_event_loop_pid", None) != os.getpid():
+        return None
+    return loop if loop.is_running() else None
+
+
+class _PublisherLoop:
+    """An event loop of our own, in one daemon thread, for sync code outside any server."""
+
+    lock = threading.Lock()
+    loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def get(cls) -> asyncio.AbstractEventLoop:
+        with cls.lock:
+            if cls.loop is None or cls.loop.is_closed():
+                cls.loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=cls.loop.run_forever, name="gavel-realtime", daemon=True
+                )
+                thread.start()
+            return cls.loop
+
+
+_pending_tasks: set = set()
+
+
 def _send(group: str, message: dict) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(group, message)
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    try:
+        if running is not None:  # async code: never block the loop
+            task = running.create_task(layer.group_send(group, message))
+            _pending_tasks.add(task)
+            task.add_done_callback(_sent)
+            return
+        loop = _outer_loop() or _PublisherLoop.get()
+        asyncio.run_coroutine_threadsafe(layer.group_send(group, message), loop).result(
+            SEND_TIMEOUT
+        )
     except Exception:  # the layer is lossy by design: a lost hint delays, never loses
         log.warning("channel layer publish to %s failed", group, exc_info=True)
 
 
+def _sent(task) -> None:
+    _pending_tasks.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("channel layer publish failed", exc_info=task.exception())
+
+
 def publish_on_commit(groups: list[str], message: dict) -> None:
     """Send `message` to each group once the current transaction commits."""
+
+    message = {**message, "id": secrets.token_hex(8)}  # one event, however many groups
 
     def send():
         for group in groups:
@@ -49,14 +126,17 @@ def publish_on_commit(groups: list[str], message: dict) -> None:
 # What services call (on commit). Consumers decide what to re-render from these facts.
 def run_changed(*, run, what: list[str]) -> None:
     """A run's stored state moved: `what` names the parts (steps, messages, header, usage,
-    todos, verdicts, approvals, status). Carries the run's lastSeq so clients can spot a gap."""
+    todos, verdicts, approvals, status). Carries the run's lastSeq, and `prev`, the lastSeq this
+    change started from (None when unknown), so a listener can tell that it missed one."""
     message = {
         "type": "run.updated",
         "tenant": run.tenant_id,
         "run": run.external_id,
         "seq": run.last_seq,
+        "prev": getattr(run, "_realtime_seq", None),
         "what": sorted(set(what)),
     }
+    run._realtime_seq = run.last_seq  # the next change of this instance starts here
     publish_on_commit(
         [run_group(run.tenant_id, run.external_id), runlist_group(run.tenant_id)], message
     )
@@ -75,6 +155,38 @@ def approvals_changed(*, run, approval_ids: list[str], change: str) -> None:
     publish_on_commit(
         [inbox_group(run.tenant_id), run_group(run.tenant_id, run.external_id)], message
     )
+
+
+def user_sockets_close(*, user_id: int, session_key: str | None = None, reason: str) -> None:
+    """Close a user's sockets on commit: those of one session (sign-out) or all (deactivation).
+    Consumers also re-check their viewer on a timer, so a lost message only delays."""
+    message = {"type": "sockets.close", "session": session_tag(session_key), "reason": reason}
+    publish_on_commit([user_group(user_id)], message)
+
+
+@receiver(user_logged_out, dispatch_uid="gavel-realtime-logout")
+def _signed_out(sender, request, user, **kwargs):
+    if user is not None:
+        session_key = getattr(getattr(request, "session", None), "session_key", None)
+        user_sockets_close(user_id=user.pk, session_key=session_key, reason="signed_out")
+
+
+@receiver(post_save, sender="auth.User", dispatch_uid="gavel-realtime-user-saved")
+def _user_saved(sender, instance, created, **kwargs):
+    if not created and not instance.is_active:
+        user_sockets_close(user_id=instance.pk, reason="deactivated")
+
+
+@receiver(post_save, sender="console.Principal", dispatch_uid="gavel-realtime-principal-saved")
+def _principal_saved(sender, instance, created, **kwargs):
+    if not created and not instance.is_active and instance.user_id:
+        user_sockets_close(user_id=instance.user_id, reason="deactivated")
+
+
+@receiver(post_init, sender="runs.Run", dispatch_uid="gavel-realtime-run-loaded")
+def _run_loaded(sender, instance, **kwargs):
+    # The lastSeq as loaded: `run_changed` reports it as `prev` (never triggers a query).
+    instance._realtime_seq = instance.__dict__.get("last_seq")
 
 
 # Listening (the decisions long-poll). Added for approvals/api.py: an async context manager

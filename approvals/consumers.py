@@ -1,0 +1,54 @@
+"""/ws/inbox/: the reviewer's inbox live, and the navigation's pending count on every page
+(`?only=count`: the count alone, for pages without the inbox)."""
+
+from __future__ import annotations
+
+from channels.db import database_sync_to_async
+
+from approvals import live, selectors
+from console import access, realtime
+from console.consumers import RENDERS, LiveConsumer, SharedResults, card_audience, nav_count_html
+from runs.consumers import NavCountMixin, query
+
+FACTS = SharedResults(5.0)  # a run's principal and self-approval rule, per event
+
+
+class InboxConsumer(NavCountMixin, LiveConsumer):
+    def authorize(self) -> list[str]:
+        params = query(self.scope)
+        self.count_only = params.get("only") == "count"
+        if not self.count_only:
+            access.approvals_visible_to(viewer=self.viewer)  # Forbidden without a capability
+        self.filters = {name: params.get(name, "").strip() for name in selectors.FILTERS}
+        return [realtime.inbox_group(self.viewer.tenant_id)]
+
+    def check_key(self):
+        return (self.count_only, tuple(sorted(self.filters.items())))
+
+    async def send_state(self) -> None:
+        await self.push(await database_sync_to_async(nav_count_html)(self.viewer))
+        await self.control("hello")
+
+    async def approvals_updated(self, message):
+        if not self.first_time(message):
+            return
+        await self.nav_count(message)
+        if self.count_only:
+            return
+        ids, change = tuple(message.get("approvals") or ()), message.get("change", "")
+        run_id = message["run"]
+        principal_id, allow_self = await FACTS.get(("run", run_id), self._facts, run_id)
+        audience = card_audience(
+            self.viewer, run_principal_id=principal_id, allow_self_approval=allow_self
+        )
+        filters = tuple(sorted(self.filters.items()))
+        key = (message.get("id"), "inbox", audience, filters, change == "requested")
+        await self.push(await RENDERS.get(key, self._render, ids, change))
+
+    def _facts(self, run_id):
+        return live.run_facts(viewer=self.viewer, run_id=run_id)
+
+    def _render(self, ids, change):
+        if change == "requested":
+            return live.requested_html(viewer=self.viewer, approval_ids=ids, filters=self.filters)
+        return live.cards_html(viewer=self.viewer, approval_ids=ids)

@@ -1,0 +1,248 @@
+"""The base of every live socket: authorize before subscribing, push htmx OOB swaps, stay honest.
+
+A consumer only translates. `authorize()` (sync, through console/access.py) names what the
+socket may watch and its audience, or raises Forbidden/NotFound (close 4403/4404). Each layer
+message is a hint: the consumer re-reads the database and renders the SAME partials the pages
+use, once per event per audience per process (`RENDERS`), so a thousand sockets on one run
+cost a handful of renders. A gap in a run's seq makes the client re-fetch over HTTP.
+
+Hygiene: sign-out or deactivation publishes `sockets.close` to the user's group; the socket
+also re-checks its viewer every GAVEL_WS_RECHECK_SECONDS, so a lost message or a revoked
+capability only delays the close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+import weakref
+from collections import OrderedDict
+from importlib import import_module
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.template.loader import render_to_string
+
+from console import access, realtime
+from console.errors import Forbidden, NotFound
+
+CLOSE_DENIED = 4403  # anonymous, signed out, deactivated, missing capability
+CLOSE_NOT_FOUND = 4404  # another tenant's object, or none
+RECHECK_SECONDS = float(os.environ.get("GAVEL_WS_RECHECK_SECONDS", "10"))
+RENDER_TTL = 10.0  # seconds a render stays shared between the sockets of one process
+
+
+class Refused(Exception):
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+class SharedResults:
+    """Per event loop: one computation per key, awaited by every socket that asks within the
+    TTL (the render-once cache, and the de-duplicated re-checks)."""
+
+    def __init__(self, ttl: float, limit: int = 4096):
+        self.ttl = ttl
+        self.limit = limit
+        self.computed = 0  # how many computations ran (tests and the bench read it)
+        self._by_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    async def get(self, key, compute, *args):
+        """`compute(*args)` is sync (it reads the database): it runs in a worker thread."""
+        items = self._by_loop.setdefault(asyncio.get_running_loop(), OrderedDict())
+        now = time.monotonic()
+        hit = items.get(key)
+        if hit is None or hit[0] <= now:
+            self.computed += 1
+            future = asyncio.ensure_future(database_sync_to_async(compute)(*args))
+            items[key] = hit = (now + self.ttl, future)
+            while len(items) > self.limit:
+                items.popitem(last=False)
+            future.add_done_callback(lambda f: f.exception() and items.pop(key, None))
+        return await asyncio.shield(hit[1])
+
+
+RENDERS = SharedResults(RENDER_TTL)
+CHECKS = SharedResults(max(0.5, RECHECK_SECONDS / 2))
+
+
+def oob(template: str, context: dict) -> str:
+    """One named partial, rendered as the pages render it (no request: no per-user token)."""
+    return render_to_string(template, context)
+
+
+def wrap(
+    *,
+    target: str,
+    inner: str,
+    how: str = "beforeend",
+    unless: str | None = None,
+    rows: bool = False,
+    unfiltered: bool = False,
+) -> str:
+    """An append/insert through a wrapper whose children are the new elements (a <tbody> for
+    table rows); `unless` names an element whose presence makes the client skip it, and
+    `unfiltered` skips it on a filtered list (live.js)."""
+    context = {"how": how, "target": target, "inner": inner, "unless": unless}
+    context["unfiltered"] = unfiltered
+    return render_to_string(f"live/oob.html#{'wrap-rows' if rows else 'wrap'}", context)
+
+
+def delete(selector: str) -> str:
+    return render_to_string("live/oob.html#delete", {"selector": selector})
+
+
+def nav_count_html(viewer) -> str:
+    from runs.selectors_pages import nav_pending_count_context
+
+    return oob("base.html#nav-pending-count", nav_pending_count_context(viewer=viewer))
+
+
+def nav_audience(viewer) -> str:
+    return "count" if access.can(viewer, "view_runs") or access.can(viewer, "decide") else "none"
+
+
+def card_audience(viewer, *, run_principal_id, allow_self_approval: bool) -> str:
+    """Who sees which decision controls on a card: viewers never; deciders by their roles (the
+    tool globs) and whether the run is their own. Any viewer of one audience renders alike."""
+    if not access.can(viewer, "decide"):
+        return "viewer"
+    own = run_principal_id == viewer.pk and not allow_self_approval
+    return f"decider:{access.roles_key(viewer)}{':own' if own else ''}"
+
+
+def _session_user_id(session_key: str | None):
+    """The user a session is signed in as now (None once signed out or expired)."""
+    from django.contrib.auth import SESSION_KEY
+
+    if not session_key:
+        return None
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    return store.get(SESSION_KEY)
+
+
+class LiveConsumer(AsyncWebsocketConsumer):
+    """Subclasses define `authorize()` (sync: set what the socket watches; return the groups
+    to join) and the `run_updated` / `approvals_updated` handlers they need."""
+
+    async def connect(self):
+        self.viewer = None
+        self.recent: OrderedDict = OrderedDict()  # message ids handled (a socket in 2 groups)
+        self.session_key = getattr(self.scope.get("session"), "session_key", None)
+        try:
+            groups = await database_sync_to_async(self._authorize)()
+        except Refused as refused:
+            await self.accept()  # then close: the browser sees the code and does not retry
+            await self.close(code=refused.code)
+            return
+        self.joined = [*groups, realtime.user_group(self.viewer.user_id)]
+        for group in self.joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+        await self.accept()
+        await self.send_state()
+        self.recheck = asyncio.ensure_future(self._recheck_forever())
+
+    def _authorize(self) -> list[str]:
+        user = self.scope.get("user")
+        viewer = access.principal_for_user(user)
+        if viewer is None:
+            raise Refused(CLOSE_DENIED)
+        self.viewer = viewer
+        try:
+            return self.authorize()
+        except NotFound:
+            raise Refused(CLOSE_NOT_FOUND) from None
+        except Forbidden:
+            raise Refused(CLOSE_DENIED) from None
+
+    def authorize(self) -> list[str]:
+        raise NotImplementedError
+
+    async def send_state(self) -> None:
+        """The current state right after subscribing (nothing between page and socket lost)."""
+
+    async def disconnect(self, code):
+        task = getattr(self, "recheck", None)
+        if task is not None:
+            task.cancel()
+        for group in getattr(self, "joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive(self, text_data=None, bytes_data=None):
+        """Clients only listen; anything they send is ignored."""
+
+    # --- helpers for subclasses ---
+
+    def first_time(self, message: dict) -> bool:
+        """False for a message this socket already handled (it arrived through 2 groups)."""
+        mid = message.get("id")
+        if mid is None:
+            return True
+        if mid in self.recent:
+            return False
+        self.recent[mid] = True
+        while len(self.recent) > 64:
+            self.recent.popitem(last=False)
+        return True
+
+    async def push(self, html: str) -> None:
+        if html.strip():
+            await self.send(text_data=html)
+
+    async def control(self, kind: str, **facts) -> None:
+        """A JSON frame for live.js (never swapped): hello, resync."""
+        await self.send(text_data=json.dumps({"live": kind, **facts}))
+
+    async def render(self, key, compute, *args) -> str:
+        return await RENDERS.get(key, compute, *args)
+
+    # --- hygiene ---
+
+    async def sockets_close(self, message):
+        """Sign-out closes the sockets of that session; deactivation closes them all."""
+        if message.get("session") in (None, realtime.session_tag(self.session_key)):
+            await self.close(code=CLOSE_DENIED)
+
+    async def _recheck_forever(self):
+        while True:
+            await asyncio.sleep(RECHECK_SECONDS * random.uniform(0.8, 1.0))  # noqa: S311
+            if not await self.recheck_now():
+                return
+
+    async def recheck_now(self) -> bool:
+        """Is the viewer still signed in, active and allowed? Closes the socket if not; else
+        takes the fresh viewer (its roles may have changed, and with them the audience)."""
+        key = ("check", type(self).__name__, self.session_key, self.check_key())
+        viewer = await CHECKS.get(key, self._check)
+        if viewer is None:
+            await self.close(code=CLOSE_DENIED)
+            return False
+        self.viewer = viewer
+        self.audience_changed()
+        return True
+
+    def check_key(self):
+        """What `authorize()` depends on besides the viewer (e.g. the run id)."""
+        return None
+
+    def audience_changed(self) -> None:
+        """Recompute the socket's audience from `self.viewer` (no database)."""
+
+    def _check(self):
+        from django.contrib.auth import get_user_model
+
+        user_id = _session_user_id(self.session_key)
+        if user_id is None or str(user_id) != str(self.viewer.user_id):
+            return None
+        self.scope["user"] = get_user_model().objects.filter(pk=self.viewer.user_id).first()
+        try:
+            self._authorize()
+        except Refused:
+            return None
+        access.roles_key(self.viewer)  # loads the roles here, in the worker thread
+        return self.viewer
