@@ -20,7 +20,7 @@ from approvals.selectors import (
     parse_cursor,
     parse_wait,
 )
-from approvals.services.decisions import UNSET, approval_decide
+from approvals.services.decisions import UNSET, approval_decide, approvals_announce_delivered
 from console import access, realtime
 from console.api import decide_auth, ingest_auth
 from console.errors import Forbidden
@@ -105,6 +105,20 @@ class ApprovalListQuery(CamelSchema):
     cursor: str | None = None
 
 
+_background: set = set()  # keeps the pending hint tasks referenced until they finish
+
+
+def _announce_later(*, run, approval_ids) -> None:
+    """The "runtime resumed" hint for reviewers, sent after the answer is on its way."""
+    if not approval_ids:
+        return
+    task = asyncio.ensure_future(
+        sync_to_async(approvals_announce_delivered)(run=run, approval_ids=approval_ids)
+    )
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
 async def _wait_for_decisions(*, run, after, wait: float) -> dict:
     """Answer at once if there is something to say, else hold until a decision or an expiry
     lands (woken through the channel layer), re-checking the database on a short timer."""
@@ -114,10 +128,11 @@ async def _wait_for_decisions(*, run, after, wait: float) -> dict:
     async with realtime.wait_for(group) as woken:
         while True:
             final = loop.time() >= deadline
-            answer, until_expiry = await sync_to_async(decisions_answer)(
+            answer, until_expiry, marked = await sync_to_async(decisions_answer)(
                 run=run, after=after, deliver=final
             )
             if answer is not None:
+                _announce_later(run=run, approval_ids=marked)
                 return answer
             timeout = min(deadline - loop.time(), DECISION_RECHECK_SECONDS, until_expiry)
             await woken.wait(max(0.0, timeout))

@@ -291,12 +291,14 @@ def _seconds_until(moment) -> float:
     return max(0.0, (moment - timezone.now()).total_seconds()) + 0.01
 
 
-def decisions_answer(*, run, after: int | None, deliver: bool) -> tuple[dict | None, float]:
+def decisions_answer(*, run, after: int | None, deliver: bool) -> tuple[dict | None, float, list]:
     """The long-poll's answer, or None while it should keep waiting (nothing new and calls
-    still pending) unless `deliver` (the wait is over); and the seconds until the run's next
-    expiry (when a waiting poll should look again). One read of the run's calls (a consistent
-    snapshot: the cursor never runs ahead of the decisions answered). Answering marks the
-    answered decisions delivered: that is the runtime's pickup, which reviewers see."""
+    still pending) unless `deliver` (the wait is over); the seconds until the run's next
+    expiry (when a waiting poll should look again); and the ids newly marked delivered, whose
+    live hint the caller sends once the answer is on its way. One read of the run's calls
+    (a consistent snapshot: the cursor never runs ahead of the decisions answered).
+    Answering marks the answered decisions delivered: the runtime's pickup, which reviewers
+    see."""
     from approvals.services.decisions import approvals_mark_delivered
 
     calls = _calls_of(run)
@@ -313,15 +315,16 @@ def decisions_answer(*, run, after: int | None, deliver: bool) -> tuple[dict | N
     decided.sort(key=lambda c: c.decision_seq)
     pending = [c for c in calls if c.status == ApprovalStatus.PENDING]
     if not decided and pending and not deliver:
-        return None, _seconds_until(min(c.expires_at for c in pending))
-    approvals_mark_delivered(run=run, approvals=[c for c in decided if not c.delivered_at])
+        return None, _seconds_until(min(c.expires_at for c in pending)), []
+    fresh = [c for c in decided if not c.delivered_at]
+    marked = approvals_mark_delivered(run=run, approvals=fresh, announce=False)
     answer = {
         "complete": not pending,
         "decisions": [_decision(c) for c in decided],
         "pending": [c.tool_call_id for c in pending],
         "cursor": str(max(top, after or 0)),
     }
-    return answer, 0.0
+    return answer, 0.0, marked
 
 
 def approvals_list(*, viewer, status=None, run_id=None, limit=50, cursor=None) -> dict:

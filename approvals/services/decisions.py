@@ -166,24 +166,33 @@ def approval_decide(*, approval, viewer, decision, message=None, arguments=UNSET
     return approval
 
 
-@transaction.atomic
-def approvals_mark_delivered(*, run, approvals=None) -> int:
+def approvals_mark_delivered(*, run, approvals=None, announce: bool = True) -> list[str]:
     """The runtime picked up the run's decided calls (it read decisions, or posted an event
     for the run): reviewers see "runtime resumed". `approvals`: only these (the long-poll
-    passes what it answered with). Returns how many were newly marked."""
+    passes what it answered with). Returns the ids newly marked.
+
+    One UPDATE (atomic by itself: no transaction block, two round trips fewer on the
+    long-poll's path). With `announce=False` the caller publishes the hint later through
+    `approvals_announce_delivered` (the long-poll does, once its answer is on its way)."""
     qs = Approval.objects.filter(run=run, decided_at__isnull=False, delivered_at__isnull=True)
     if approvals is None:
         marked = list(qs.values_list("pk", "public_id"))
     else:
         marked = [(a.pk, a.public_id) for a in approvals]
-    if not marked:
-        return 0
-    count = qs.filter(pk__in=[pk for pk, _ in marked]).update(delivered_at=timezone.now())
-    if count:
-        realtime.approvals_changed(
-            run=run, approval_ids=[public_id for _, public_id in marked], change="delivered"
-        )
-    return count
+    if not marked or not qs.filter(pk__in=[pk for pk, _ in marked]).update(
+        delivered_at=timezone.now()
+    ):
+        return []
+    ids = [public_id for _, public_id in marked]
+    if announce:
+        approvals_announce_delivered(run=run, approval_ids=ids)
+    return ids
+
+
+def approvals_announce_delivered(*, run, approval_ids: list[str]) -> None:
+    """Tell live pages these calls were picked up (a hint; the rows say so already)."""
+    if approval_ids:
+        realtime.approvals_changed(run=run, approval_ids=approval_ids, change="delivered")
 
 
 @transaction.atomic

@@ -196,10 +196,10 @@ def test_mark_delivered_only_touches_decided_undelivered_calls(tenant_a, reviewe
     run = RunFactory(tenant=tenant_a)
     decided, waiting = ApprovalFactory(run=run), ApprovalFactory(run=run)
     approval_decide(approval=decided, viewer=reviewer_a, decision="approve")
-    assert approvals_mark_delivered(run=run) == 1
+    assert approvals_mark_delivered(run=run) == [decided.public_id]
     assert Approval.objects.get(pk=decided.pk).delivered_at is not None
     assert Approval.objects.get(pk=waiting.pk).delivered_at is None
-    assert approvals_mark_delivered(run=run) == 0
+    assert approvals_mark_delivered(run=run) == []
 
 
 def test_deciding_a_mirror_decides_the_childs_call_too(tenant_a, reviewer_a):
