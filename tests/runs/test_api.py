@@ -608,15 +608,20 @@ def test_a_batch_costs_a_fixed_number_of_queries(ingest_a, admitted, django_asse
 # --- failure modes ---
 
 
-def test_database_unreachable_is_503_with_retry_after(ingest_a, admitted, monkeypatch):
-    from runs import selectors
+@pytest.mark.parametrize("method", ["get", "post"])
+def test_database_unreachable_is_503_with_retry_after(ingest_a, admitted, monkeypatch, method):
+    """Every statement fails, as when PostgreSQL is down: the first one (the key lookup)
+    answers 503 with the contract's body."""
+    from django.db.backends import utils
 
-    def down(**kwargs):
+    def down(self, *args, **kwargs):
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr(selectors, "run_resource", down)
-    monkeypatch.setattr("runs.api.run_get", down)
-    response = ingest_a.get(f"{RUNS}/run_1")
+    monkeypatch.setattr(utils.CursorWrapper, "execute", down)
+    if method == "get":
+        response = ingest_a.get(f"{RUNS}/run_1")
+    else:
+        response = post_events(ingest_a, step_events(1, 1))
     assert response.status_code == 503
     assert response["Retry-After"] == "5"
     assert response.json()["error"]["code"] == "database_unavailable"
