@@ -229,3 +229,14 @@ def test_a_decide_only_key_is_403_and_no_key_is_401(decide_a, admitted, client):
     assert post(decide_a, done()).status_code == 403
     assert client.post(outcome_url("run_o"), {}, content_type="application/json").status_code == 401
     assert Run.objects.get(external_id="run_o").status == "running"
+
+
+def test_pausing_again_on_a_decided_call_is_409_and_changes_nothing(ingest_a, admitted, reviewer_a):
+    post(ingest_a, paused())
+    decide_all(reviewer_a)
+    before = snapshot()
+    again = {**paused(), "traceIds": ["tr_9"]}  # a new invocation holding c1 again
+    response = post(ingest_a, again)
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "approval_exists"
+    assert snapshot() == before

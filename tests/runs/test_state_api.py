@@ -179,6 +179,14 @@ def test_a_run_first_seen_by_snapshot_without_user_is_for_no_principal(ingest_a,
     assert "userId" not in ingest_a.get(state_url("run_anon")).json()
 
 
+def test_a_new_state_for_a_deactivated_principal_is_403(ingest_a, tenant_a):
+    Principal.objects.create(tenant=tenant_a, external_id="gone@example.com", is_active=False)
+    response = put(ingest_a, state("run_gone", userId="gone@example.com"))
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "principal_deactivated"
+    assert not Run.objects.filter(external_id="run_gone").exists()
+
+
 def test_an_admitted_run_keeps_its_principal_roles_and_limits(ingest_a):
     admission = {
         "id": "run_adm",
