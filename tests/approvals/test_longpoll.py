@@ -146,3 +146,24 @@ async def test_a_held_poll_does_not_block_other_requests(setup, tenant_a, review
     assert time.perf_counter() - started < 1.0
     assert not poll.done()
     assert (await poll).status_code == 200
+
+
+async def test_answering_tells_reviewers_the_runtime_picked_the_decision_up(
+    setup, reviewer_a, monkeypatch
+):
+    from console import realtime
+
+    run, approval, headers = setup
+    await sync_to_async(approval_decide)(approval=approval, viewer=reviewer_a, decision="approve")
+    sent = []
+    monkeypatch.setattr(realtime, "_send", lambda group, message: sent.append(message))
+    response = await start_poll(headers, 5)
+    assert response.json()["decisions"][0]["approvalId"] == approval.public_id
+    for _ in range(50):  # the hint follows the answer
+        if sent:
+            break
+        await asyncio.sleep(0.02)
+    assert {m["change"] for m in sent} == {"delivered"}
+    assert sent[0]["approvals"] == [approval.public_id]
+    stored = await sync_to_async(Approval.objects.get)(pk=approval.pk)
+    assert stored.delivered_at is not None
