@@ -76,7 +76,7 @@ async def test_wait_0_answers_at_once_and_a_held_poll_ends_at_its_wait(setup):
     started = time.perf_counter()
     response = await start_poll(headers, 1)
     held = time.perf_counter() - started
-    assert 0.95 <= held < 1.8
+    assert 0.95 <= held < 3.0  # held for its wait (generous upper bound: a loaded machine)
     assert response.json() == {
         "complete": False,
         "decisions": [],
