@@ -55,6 +55,7 @@ def stop(proc: subprocess.Popen | None) -> None:
 
 class Command(BaseCommand):
     help = "Serve the console with daphne and run the demo agent beside it (make run)."
+    requires_system_checks = []  # a process beside the server: its checks are not ours
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
@@ -80,9 +81,11 @@ class Command(BaseCommand):
                 ],
                 cwd=settings.BASE_DIR,
             )
-            wait_until_answering(f"{url}/accounts/login/", server, startup_timeout)
+            # The agent starts beside the server, not after it: its first requests retry until
+            # the server answers, so its start-up overlaps the server's.
             if not no_agent:
                 agent = self._agent(url)
+            wait_until_answering(f"{url}/accounts/login/", server, startup_timeout)
             self._banner(url)
             while not stopping.is_set():
                 if server.poll() is not None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from gavel_sdk import GavelClient, GavelError, Usage
+from gavel_sdk import GavelClient, GavelError, RetryPolicy, Usage
 from gavel_sdk.session import HeldCall, RunSession
 
 PRINCIPALS = ("alice@demo.example", "bob@demo.example", "carol@demo.example")
@@ -64,6 +64,11 @@ SCENARIOS = (
         "handoff": None,
     },
 )
+
+
+# Short, many retries: started beside the server, the agent waits for it to answer, and
+# rides out a restart of the console without losing an event.
+START_RETRY = RetryPolicy(attempts=120, base=0.1, cap=0.5)
 
 
 def default_key() -> str | None:
@@ -211,6 +216,7 @@ def _todo_status(index: int, done: int) -> str:
 
 class Command(BaseCommand):
     help = "Run a simulated agent runtime against a console (through the SDK)."
+    requires_system_checks = []  # a process beside the server: its checks are not ours
 
     def add_arguments(self, parser):
         host, port = os.environ.get("HOST", "127.0.0.1"), os.environ.get("PORT", "8000")
@@ -242,7 +248,7 @@ class Command(BaseCommand):
         def one() -> str:
             with lock:
                 run_rng, first = random.Random(rng.random()), next(serial) == 0
-            with GavelClient(url, key) as client, active:
+            with GavelClient(url, key, retry=START_RETRY) as client, active:
                 demo = DemoRun(
                     client, run_rng, pace=pace, timeout=decision_timeout, active=active, first=first
                 )

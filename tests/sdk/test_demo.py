@@ -1,0 +1,75 @@
+"""`make run`'s pieces: demo_setup then serve_demo (daphne + the demo agent) show the agent's
+runs and held calls within 10 s of start, and stop both processes on SIGTERM."""
+
+import json
+import signal
+import subprocess
+import time
+
+import httpx
+
+from tests.sdk.live import PYTHON, ROOT, free_port, live_env, manage
+
+
+def poll(url, key, deadline):
+    """(runs, held calls) as soon as both are non-empty, or what there is at the deadline."""
+    runs, held = [], []
+    while time.monotonic() < deadline:
+        try:
+            page = httpx.get(
+                f"{url}/api/v1/runs?limit=50", headers={"Authorization": f"Bearer {key}"}, timeout=2
+            ).json()
+        except httpx.TransportError:
+            time.sleep(0.2)
+            continue
+        runs = page.get("items", [])
+        held = [c for r in runs for c in r["pendingCalls"]]
+        if runs and held:
+            break
+        time.sleep(0.2)
+    return runs, held
+
+
+def test_demo_runs_and_held_calls_show_within_10_seconds(tmp_path):
+    env = live_env(tmp_path, "sdkdemo")
+    manage(env, "migrate", "--verbosity", "0")
+    setup = manage(env, "demo_setup")
+    assert "admin@demo.example" in setup and "/accounts/login/" in setup
+    assert "demo tenant 'demo' already there" in manage(env, "demo_setup")  # idempotent
+    logins = json.loads((tmp_path / "demo-logins.json").read_text())
+    key = (tmp_path / "demo-agent.key").read_text().strip()
+    assert key.startswith("gvl_")
+
+    port = free_port(8680)
+    serve = subprocess.Popen(
+        [PYTHON, "manage.py", "serve_demo", "--port", str(port)],
+        cwd=ROOT,
+        env={**env, "HOST": "127.0.0.1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    started = time.monotonic()
+    try:
+        runs, held = poll(f"http://127.0.0.1:{port}", key, started + 10)
+        elapsed = time.monotonic() - started
+        seen = f"{len(runs)} runs and {len(held)} held calls after {elapsed:.1f}s"
+        assert runs and held and elapsed < 10, seen
+        assert {r["principalId"] for r in runs} <= {
+            "alice@demo.example",
+            "bob@demo.example",
+            "carol@demo.example",
+        }
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        output, _ = serve.communicate(timeout=30)
+    assert serve.returncode == 0, output[-2000:]
+    assert f"http://127.0.0.1:{port}/accounts/login/" in output
+    assert logins["admin@demo.example"] in output  # the login is printed again
+    assert "stopping the demo agent and the server" in output
+    with httpx.Client() as client:  # the server is gone with it
+        try:
+            client.get(f"http://127.0.0.1:{port}/accounts/login/", timeout=1)
+            raise AssertionError("the server still answers after SIGTERM")
+        except httpx.TransportError:
+            pass
