@@ -1,9 +1,10 @@
 """RunState snapshots in: the console reconciles the run it holds to a whole state, in one
 transaction, through the same write primitives as the event API (runs/services/common.py).
 
-An identical PUT is found by the state's digest before anything else is read or written, so it
-is cheap and publishes nothing. `run.snapshot` holds an envelope, never read directly outside
-this module and runs/selectors_state.py:
+An identical PUT is found by digests before anything else is read or written (the request
+body's, before validation; else the validated state's), so it is cheap and publishes nothing.
+
+`run.snapshot` holds an envelope, read only here and in runs/selectors_state.py:
 `{"state": <wire RunState or null>, "lastSeq": <run.last_seq when stored>, "outcomes": [...]}`
 (the state is the run's truth for GET .../state only while no event or outcome came after it;
 `outcomes` are the digests of the IRunOutcome bodies applied, see outcomes.py).
@@ -17,6 +18,7 @@ from datetime import datetime
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
 from approvals.models import Approval, ApprovalStatus
@@ -48,27 +50,69 @@ RUN_RELATED = ("tenant", "principal", "agent", "conversation")
 # --- the entry point ---
 
 
-def run_state_put(*, tenant: Tenant, run_id: str, state: RunStateIn) -> tuple[Run, bool]:
+def run_state_put_body(*, tenant: Tenant, run_id: str, body: bytes, data) -> tuple[Run, bool]:
+    """PUT .../state as received: the body's bytes and their parsed JSON (not yet validated).
+
+    A body byte for byte the one that put the run's current state is answered from one
+    plain read before any validation (it was valid, and changes nothing); anything else is
+    validated (Invalid with each field path) and handed to `run_state_put`.
+    """
+    raw = hashlib.sha256(body).hexdigest()
+    held = _runs(tenant_id=tenant.pk, run_id=run_id).first()
+    if held is not None and digest_raw_part(held.snapshot_digest) == raw[:32]:
+        return held, False
+    try:
+        state = RunStateIn.model_validate(data)
+    except ValidationError as exc:
+        raise Invalid(
+            "the request body is invalid",
+            code="validation_error",
+            details=[
+                {"path": ".".join(str(p) for p in e["loc"]) or "body", "message": e["msg"]}
+                for e in exc.errors()
+            ],
+        ) from None
+    return run_state_put(tenant=tenant, run_id=run_id, state=state, body_digest=raw)
+
+
+def run_state_put(
+    *, tenant: Tenant, run_id: str, state: RunStateIn, body_digest: str | None = None
+) -> tuple[Run, bool]:
     """Reconcile the run `run_id` to a whole state. (run, True) when this created the run.
 
     An identical state is answered from one plain read (no transaction, no lock): it changes
     nothing whatever happens concurrently. Anything else is one transaction under the lock.
+    `body_digest`: the SHA-256 of the request body, remembered for the next identical PUT.
     """
     problems = run_state_problems(state, run_id=run_id)
     if problems:
         raise Invalid("the state is invalid", code="validation_error", details=problems)
     text, digest = state_serialize(state)
     held = _runs(tenant_id=tenant.pk, run_id=run_id).first()
-    if held is not None and held.snapshot_digest == digest:
+    if held is not None and digest_state_part(held.snapshot_digest) == digest[:32]:
         return held, False  # identical: nothing to write or publish
-    return _state_apply(tenant=tenant, run_id=run_id, state=state, text=text, digest=digest)
+    stored = digest[:32] + (body_digest or NO_BODY)[:32]
+    return _state_apply(tenant=tenant, run_id=run_id, state=state, text=text, digest=stored)
+
+
+# `run.snapshot_digest` (64 characters) holds two 128-bit digests: of the state's normalized
+# wire form (what "identical" means) and of the request body that put it (a shortcut).
+NO_BODY = "-" * 32
+
+
+def digest_state_part(stored: str) -> str:
+    return stored[:32]
+
+
+def digest_raw_part(stored: str) -> str:
+    return stored[32:64] or NO_BODY
 
 
 @transaction.atomic
 def _state_apply(*, tenant, run_id: str, state: RunStateIn, text: str, digest: str):
     _lock_tree(tenant_id=tenant.pk, state=state)
     run, created = _run_held_or_new(tenant=tenant, state=state, parent=None)
-    if not created and run.snapshot_digest == digest:
+    if not created and digest_state_part(run.snapshot_digest) == digest[:32]:
         return run, False  # an identical PUT got there first
     _reconcile(run=run, created=created, state=state, wire=json.loads(text), digest=digest)
     return run, created
@@ -206,8 +250,9 @@ def _sub_runs(*, run: Run, state: RunStateIn, wire: dict) -> dict[str, Run]:
     entries = zip(state.pending_sub_runs or [], wire.get("pendingSubRuns") or [], strict=True)
     for entry, raw in entries:
         _, digest = state_serialize(entry.state)
+        digest = digest[:32] + NO_BODY
         child, created = _run_held_or_new(tenant=run.tenant, state=entry.state, parent=run)
-        if created or child.snapshot_digest != digest:
+        if created or digest_state_part(child.snapshot_digest) != digest[:32]:
             _reconcile(
                 run=child,
                 created=created,

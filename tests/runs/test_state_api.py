@@ -502,3 +502,17 @@ def test_concurrent_puts_of_a_new_state_create_one_run_once(tenant_a):
     assert Run.objects.filter(external_id__in=["run_race", "run_child"]).count() == 2
     assert Message.objects.filter(run__external_id="run_race").count() == 2
     assert Approval.objects.filter(run__external_id="run_race").count() == 3
+
+
+def test_an_identical_put_costs_a_few_queries_even_reformatted(
+    ingest_a, django_assert_max_num_queries
+):
+    import json
+
+    body = rich_state()
+    put(ingest_a, body)
+    with django_assert_max_num_queries(4):  # the key, the run, its pending calls
+        assert ingest_a.put(state_url("run_rich"), body).status_code == 200
+    reformatted = json.dumps(body, indent=2)  # other bytes, the same state
+    with django_assert_max_num_queries(4):
+        assert ingest_a.put(state_url("run_rich"), raw=reformatted).status_code == 200
