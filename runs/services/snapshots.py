@@ -424,7 +424,7 @@ def _approvals(w: RunWrites, *, state: RunStateIn, wire: dict, children: dict) -
         if a.status == ApprovalStatus.PENDING and a.tool_call_id not in keep
     ]
     if stale:
-        approvals_cancel(approvals=stale)
+        approvals_cancel(approvals=stale, keep_runs={c.pk for c in children.values()})
         w.what.add("approvals")
 
 
@@ -454,12 +454,14 @@ def _mirrors_link(pairs: list, children: dict) -> None:
         Approval.objects.bulk_update(linked, ["mirror_of"])
 
 
-def approvals_cancel(*, approvals: list[Approval]) -> list[str]:
+def approvals_cancel(*, approvals: list[Approval], keep_runs=()) -> list[str]:
     """These pending approvals are no longer held (a newer state dropped them): `cancelled`,
-    with every approval of the same call (mirrors), each run told once."""
+    with every approval of the same call (mirrors), each run told once. Mirrors in
+    `keep_runs` (sub-runs the same state still parks, whose own lists decide) stay."""
     group = {a.pk: a for a in approvals}
     for approval in approvals:
-        group.update({m.pk: m for m in approval_mirror_targets(approval)})
+        targets = approval_mirror_targets(approval)
+        group.update({m.pk: m for m in targets if m.run_id not in keep_runs})
     pending = Approval.objects.filter(pk__in=list(group), status=ApprovalStatus.PENDING)
     cancelled = list(pending.select_related("run", "run__tenant"))
     pending.update(status=ApprovalStatus.CANCELLED)

@@ -516,3 +516,13 @@ def test_an_identical_put_costs_a_few_queries_even_reformatted(
     reformatted = json.dumps(body, indent=2)  # other bytes, the same state
     with django_assert_max_num_queries(4):
         assert ingest_a.put(state_url("run_rich"), raw=reformatted).status_code == 200
+
+
+def test_a_parent_dropping_a_mirror_leaves_a_still_parked_childs_own_call(ingest_a):
+    put(ingest_a, rich_state())
+    body = rich_state()
+    body["pendingApprovals"] = body["pendingApprovals"][:2]  # the child still parks call_c
+    assert put(ingest_a, body).status_code == 200
+    assert Approval.objects.get(run__external_id="run_child").status == "pending"
+    mirror = Approval.objects.get(run__external_id="run_rich", tool_call_id="call_c")
+    assert mirror.status == "cancelled"
