@@ -23,7 +23,7 @@ from django.utils import timezone
 from console import access
 from console.errors import Forbidden, Invalid, NotFound
 from console.templatetags import gavel as gavel_tags
-from runs.models import Handoff, Message, RunStatus, Step, ToolResult, Verdict
+from runs.models import Agent, Handoff, Message, RunStatus, Step, ToolResult, Verdict
 
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
@@ -125,7 +125,7 @@ def _list_rows(qs):
     )
 
 
-def _filtered(qs, f: RunFilters):
+def _filtered(qs, f: RunFilters, *, tenant_id: int):
     if f.no_principal:
         qs = qs.filter(principal__isnull=True)
     elif f.principal:
@@ -135,7 +135,10 @@ def _filtered(qs, f: RunFilters):
     elif f.conversation:
         qs = qs.filter(conversation__external_id=f.conversation)
     if f.agent:
-        qs = qs.filter(agent__external_id=f.agent)
+        # The agent's id first (one indexed lookup): filtering on the id lets PostgreSQL walk
+        # run_agent_newest in order under the LIMIT instead of joining and sorting every match.
+        agent = Agent.objects.filter(tenant_id=tenant_id, external_id=f.agent).first()
+        qs = qs.filter(agent_id=agent.pk) if agent else qs.none()
     if f.status:
         qs = qs.filter(status=f.status)
     if f.since:
@@ -222,7 +225,7 @@ def _row_facts(run, now=None) -> dict:
 
 def runs_list_context(*, viewer, filters: RunFilters) -> dict:
     """`runs/list.html#run-list`: one page of runs, grouped, with its cursors (2 queries)."""
-    qs = _filtered(access.runs_visible_to(viewer=viewer), filters)
+    qs = _filtered(access.runs_visible_to(viewer=viewer), filters, tenant_id=viewer.tenant_id)
     runs, has_newer, has_older = _page(_list_rows(qs), filters)
     return {
         "filters": filters,

@@ -253,6 +253,19 @@ def test_list_runs_a_constant_number_of_queries(
         client.get("/runs/?limit=40")
     with django_assert_num_queries(small):
         client.get("/runs/?limit=40&group=conversation&status=running")
+    agent = RunFactory(tenant=tenant_a).agent.external_id
+    with django_assert_num_queries(small + 1):  # the agent's id is looked up first
+        client.get(f"/runs/?limit=40&agent={agent}")
+
+
+def test_agent_filter_never_matches_another_tenants_agent(client, viewer_a, reviewer_b):
+    RunFactory(
+        tenant=reviewer_b.tenant, agent=AgentFactory(tenant=reviewer_b.tenant, external_id="x")
+    )
+    RunFactory(tenant=viewer_a.tenant, external_id="r_mine")
+    client.force_login(viewer_a.user)
+    assert _ids(client.get("/runs/?agent=x").content.decode()) == []
+    assert _ids(client.get("/runs/?agent=nobody").content.decode()) == []
 
 
 # --- the run page ---
