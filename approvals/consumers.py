@@ -7,7 +7,14 @@ from channels.db import database_sync_to_async
 
 from approvals import live, selectors
 from console import access, realtime
-from console.consumers import RENDERS, LiveConsumer, SharedResults, card_audience, nav_count_html
+from console.consumers import (
+    RENDERS,
+    LiveConsumer,
+    SharedResults,
+    card_audience,
+    nav_audience,
+    nav_count_html,
+)
 from runs.consumers import NavCountMixin, query
 
 FACTS = SharedResults(5.0)  # a run's principal and self-approval rule, per event
@@ -32,23 +39,28 @@ class InboxConsumer(NavCountMixin, LiveConsumer):
     async def approvals_updated(self, message):
         if not self.first_time(message):
             return
-        await self.nav_count(message)
         if self.count_only:
+            await self.nav_count(message)
             return
         ids, change = tuple(message.get("approvals") or ()), message.get("change", "")
-        run_id = message["run"]
-        principal_id, allow_self = await FACTS.get(("run", run_id), self._facts, run_id)
+        run_id, principal_id = message["run"], message.get("principal")
+        allow_self = message.get("selfApproval")
+        if allow_self is None:  # not in the message: ask once per process
+            principal_id, allow_self = await FACTS.get(("run", run_id), self._facts, run_id)
         audience = card_audience(
             self.viewer, run_principal_id=principal_id, allow_self_approval=allow_self
         )
         filters = tuple(sorted(self.filters.items()))
-        key = (message.get("id"), "inbox", audience, filters, change == "requested")
+        key = (message.get("id"), "inbox", nav_audience(self.viewer), audience, filters)
         await self.push(await RENDERS.get(key, self._render, ids, change))
 
     def _facts(self, run_id):
         return live.run_facts(viewer=self.viewer, run_id=run_id)
 
     def _render(self, ids, change):
+        """The nav count and the cards, in one trip to the database thread."""
         if change == "requested":
-            return live.requested_html(viewer=self.viewer, approval_ids=ids, filters=self.filters)
-        return live.cards_html(viewer=self.viewer, approval_ids=ids)
+            cards = live.requested_html(viewer=self.viewer, approval_ids=ids, filters=self.filters)
+        else:
+            cards = live.cards_html(viewer=self.viewer, approval_ids=ids)
+        return nav_count_html(self.viewer) + cards

@@ -81,6 +81,9 @@ def free_port() -> int:
     sys.exit(f"no free port in {low}-{high}")
 
 
+PROCS: dict[str, subprocess.Popen] = {}  # base URL -> the daphne serving it
+
+
 @contextlib.contextmanager
 def daphne(env: dict | None = None):
     """A real daphne serving console.asgi on a free port; yields its base URL."""
@@ -93,10 +96,12 @@ def daphne(env: dict | None = None):
         stderr=subprocess.PIPE,
     )
     base = f"http://127.0.0.1:{port}"
+    PROCS[base] = proc  # a benchmark may read the server's CPU time (bench/live.py)
     try:
         _wait_ready(base, proc)
         yield base
     finally:
+        PROCS.pop(base, None)
         proc.terminate()
         try:
             proc.wait(timeout=10)

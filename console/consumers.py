@@ -59,7 +59,9 @@ class SharedResults:
         hit = items.get(key)
         if hit is None or hit[0] <= now:
             self.computed += 1
-            future = asyncio.ensure_future(database_sync_to_async(compute)(*args))
+            # Not the thread sync views share: a render never queues behind a slow request.
+            call = database_sync_to_async(compute, thread_sensitive=False)
+            future = asyncio.ensure_future(call(*args))
             items[key] = hit = (now + self.ttl, future)
             while len(items) > self.limit:
                 items.popitem(last=False)
@@ -174,7 +176,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive(self, text_data=None, bytes_data=None):
-        """Clients only listen; anything they send is ignored."""
+        """Clients only listen; "ping" answers "pong" (a liveness check, and the bare round
+        trip bench/live.py compares against). Anything else is ignored."""
+        if text_data == "ping":
+            await self.send(text_data="pong")
 
     # --- helpers for subclasses ---
 

@@ -151,10 +151,17 @@ def approvals_changed(*, run, approval_ids: list[str], change: str) -> None:
         "seq": run.last_seq,
         "approvals": list(approval_ids),
         "change": change,
+        # Who may see decision controls depends on these (consumers need no lookup for them).
+        "principal": run.principal_id,
+        "selfApproval": run.tenant.allow_self_approval if _loaded(run, "tenant") else None,
     }
     publish_on_commit(
         [inbox_group(run.tenant_id), run_group(run.tenant_id, run.external_id)], message
     )
+
+
+def _loaded(instance, relation: str) -> bool:
+    return relation in instance._state.fields_cache
 
 
 def user_sockets_close(*, user_id: int, session_key: str | None = None, reason: str) -> None:

@@ -95,17 +95,18 @@ class RunConsumer(NavCountMixin, LiveConsumer):
     async def approvals_updated(self, message):
         if not self.first_time(message):
             return
-        await self.nav_count(message)
         if message.get("run") != self.run_id:
+            await self.nav_count(message)
             return
-        key = (message.get("id"), "run-approvals", self.audience)
+        key = (message.get("id"), "run-approvals", self.audience, nav_audience(self.viewer))
         ids, change = tuple(message.get("approvals") or ()), message.get("change", "")
         await self.push(await RENDERS.get(key, self._approvals, ids, change))
 
     def _approvals(self, ids, change):
-        return live.run_approvals_html(
+        cards = live.run_approvals_html(
             viewer=self.viewer, run_id=self.run_id, approval_ids=ids, change=change
         )
+        return nav_count_html(self.viewer) + cards
 
 
 # Filters under which a brand-new run cannot be placed at the top without a query.
@@ -151,6 +152,8 @@ class RunListConsumer(NavCountMixin, LiveConsumer):
     async def approvals_updated(self, message):
         if not self.first_time(message):
             return
-        await self.nav_count(message)
-        key = (message.get("id"), "row", False)
-        await self.push(await RENDERS.get(key, self._row, message["run"], False))
+        key = (message.get("id"), "row+nav", nav_audience(self.viewer))
+        await self.push(await RENDERS.get(key, self._row_and_count, message["run"]))
+
+    def _row_and_count(self, run_id):
+        return nav_count_html(self.viewer) + self._row(run_id, False)
