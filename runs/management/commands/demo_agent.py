@@ -141,7 +141,8 @@ class DemoRun:
         ev.step_finished(self.usage(), finish_reason="tool_calls")
         self.todos(1)
         self.session.flush()
-        self.pause()
+        if not self.first:  # the first run goes straight to its held call
+            self.pause()
         if s["handoff"]:
             self._handoff(s["handoff"])
         if not self.first and self.rng.random() < 0.06:
