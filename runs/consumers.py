@@ -84,8 +84,7 @@ class RunConsumer(NavCountMixin, LiveConsumer):
         key = (message.get("id"), self.audience, since)
         what = tuple(message.get("what") or ())
         html = await RENDERS.get(key, self._update, since, seq, what)
-        await self.push(html)
-        await self.control("seq", seq=self.seq)
+        await self.push(html)  # one frame per event: no separate seq frame to fan out
 
     def _update(self, since, seq, what):
         return live.run_update_html(

@@ -4,7 +4,7 @@
 // pages' own partials. A frame's element whose target is not on this page is dropped (a row
 // of another page, a card filtered out); `data-live-unless="<selector>"` drops an append when
 // that element is here already (so "replace if present, else append" needs no round trip).
-// JSON frames are control: "hello" (subscribed), "seq" (what the page now holds), "resync"
+// JSON frames are control: "hello" (subscribed, with the run's seq on a run page), "resync"
 // (a hint was lost: re-fetch the partials over HTTP). A reconnect re-fetches them as well.
 // #live-status shows "live" / "reconnecting…" / "offline".
 (function () {
