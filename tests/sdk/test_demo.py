@@ -54,6 +54,7 @@ def test_demo_runs_and_held_calls_show_within_10_seconds(tmp_path):
         runs, held = poll(f"http://127.0.0.1:{port}", key, started + 10)
         elapsed = time.monotonic() - started
         seen = f"{len(runs)} runs and {len(held)} held calls after {elapsed:.1f}s"
+        print(seen)
         assert runs and held and elapsed < 10, seen
         assert {r["principalId"] for r in runs} <= {
             "alice@demo.example",
