@@ -22,6 +22,7 @@ import weakref
 from collections import OrderedDict
 from importlib import import_module
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -34,6 +35,7 @@ CLOSE_DENIED = 4403  # anonymous, signed out, deactivated, missing capability
 CLOSE_NOT_FOUND = 4404  # another tenant's object, or none
 RECHECK_SECONDS = float(os.environ.get("GAVEL_WS_RECHECK_SECONDS", "10"))
 RENDER_TTL = 10.0  # seconds a render stays shared between the sockets of one process
+LAYER_EVENTS = frozenset({"run.updated", "approvals.updated", "sockets.close"})
 
 
 class Refused(Exception):
@@ -148,6 +150,16 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self.accept()
         await self.send_state()
         self.recheck = asyncio.ensure_future(self._recheck_forever())
+
+    async def dispatch(self, message):
+        """Layer events skip Channels' per-message `aclose_old_connections()`: it is a hop to
+        the one thread sync views share, per socket, so a thousand sockets on one event would
+        queue a thousand hops. These handlers touch the database only through
+        database_sync_to_async, which closes stale connections in its own thread."""
+        if message["type"] in LAYER_EVENTS:
+            await getattr(self, get_handler_name(message))(message)
+            return
+        await super().dispatch(message)
 
     def _authorize(self) -> list[str]:
         user = self.scope.get("user")
