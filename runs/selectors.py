@@ -9,6 +9,7 @@ from collections import defaultdict
 from datetime import datetime
 
 from django.db.models import Q
+from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
 from approvals.schemas import approval_resource
@@ -54,6 +55,14 @@ def run_resource(*, run: Run, pending: list[Approval] | None = None) -> dict:
 
 
 def _pending_of(run_pks: list[int]) -> dict[int, list[Approval]]:
+    """The runs' pending calls; one past its expiry is expired first, never reported pending."""
+    from approvals.services.expiry import approvals_expire_due
+
+    due = Approval.objects.filter(
+        run_id__in=run_pks, status=ApprovalStatus.PENDING, expires_at__lte=timezone.now()
+    ).values_list("pk", flat=True)
+    if due_ids := list(due):
+        approvals_expire_due(approval_ids=due_ids)
     by_run: dict[int, list[Approval]] = defaultdict(list)
     qs = Approval.objects.filter(run_id__in=run_pks, status=ApprovalStatus.PENDING)
     for approval in qs.select_related("decided_by").order_by("position", "id"):
@@ -63,7 +72,7 @@ def _pending_of(run_pks: list[int]) -> dict[int, list[Approval]]:
 
 def run_get(*, viewer, run_id: str) -> dict:
     run = access.run_for(viewer=viewer, run_id=run_id)
-    run = Run.objects.select_related(*RUN_RELATED).get(pk=run.pk)
+    run = Run.objects.select_related(*RUN_RELATED).defer("snapshot").get(pk=run.pk)
     return run_resource(run=run)
 
 

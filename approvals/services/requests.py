@@ -30,6 +30,7 @@ def approvals_request(
     optional sub_run_tool_call_id / expires_at (default: the tenant's approval time to live).
     A tool call id the run already holds is a Conflict.
     """
+    from approvals.services.webhooks import webhooks_approval_requested
     from runs.services.common import run_status_set
 
     ids = [c["tool_call_id"] for c in calls]
@@ -65,6 +66,7 @@ def approvals_request(
         for i, call in enumerate(calls)
     ]
     Approval.objects.bulk_create(rows)
+    webhooks_approval_requested(approvals=rows)
     run_status_set(run=run, status=RunStatus.AWAITING_APPROVAL, writes=writes)
     if writes is not None:
         writes.what.add("approvals")

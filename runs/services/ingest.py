@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from approvals.services.decisions import approvals_mark_delivered
 from approvals.services.requests import approvals_request
 from console import realtime
 from console.errors import Conflict, Invalid
@@ -179,6 +180,8 @@ def _apply_new(*, run: Run, events: list, wires: list) -> None:
             _finished_conflict(run=run, seq=event.seq)
         EFFECTS[event.type](run, event, wire, writes)
     writes.flush()
+    # The runtime is reporting again: it has picked up what was decided ("runtime resumed").
+    approvals_mark_delivered(run=run)
 
 
 def _finished_conflict(*, run: Run, seq: int):
