@@ -49,7 +49,28 @@ class KeyAuth(HttpBearer):
 ingest_auth = KeyAuth("ingest")
 decide_auth = KeyAuth("decide")
 
-api = NinjaAPI(
+# Path parameters are snake_case in Python (`run_id`) and camelCase in the contract (`runId`).
+WIRE_PATH_PARAMS = {"run_id": "runId", "approval_id": "approvalId"}
+
+
+class GavelAPI(NinjaAPI):
+    def get_openapi_schema(self, *, path_prefix=None, path_params=None):
+        """The served schema names path parameters as the contract does."""
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        paths = {}
+        for path, item in schema["paths"].items():
+            for py, wire in WIRE_PATH_PARAMS.items():
+                path = path.replace("{" + py + "}", "{" + wire + "}")
+            for operation in item.values():
+                for param in operation.get("parameters", []):
+                    if param.get("in") == "path":
+                        param["name"] = WIRE_PATH_PARAMS.get(param["name"], param["name"])
+            paths[path] = item
+        schema["paths"] = paths
+        return schema
+
+
+api = GavelAPI(
     title="Gavel API",
     version="1",
     description="The wire contract agent runtimes use: runs, events, states, outcomes, "

@@ -225,9 +225,9 @@ def test_a_decide_key_may_not_read_decisions(decide_a, run_a):
 def test_the_openapi_schema_describes_the_approvals_endpoints(client):
     schema = client.get("/api/v1/openapi.json").json()
     paths = schema["paths"]
-    poll = paths["/api/v1/runs/{run_id}/decisions"]["get"]
-    assert {p["name"] for p in poll["parameters"]} >= {"run_id", "wait", "after"}
-    decide = paths["/api/v1/approvals/{approval_id}/decision"]["post"]
+    poll = paths["/api/v1/runs/{runId}/decisions"]["get"]
+    assert {p["name"] for p in poll["parameters"]} >= {"runId", "wait", "after"}
+    decide = paths["/api/v1/approvals/{approvalId}/decision"]["post"]
     assert set(decide["responses"]) >= {"200", "401", "403", "404", "409", "422"}
     out = schema["components"]["schemas"]["DecisionsOut"]["properties"]
     assert set(out) == {"complete", "decisions", "pending", "cursor"}

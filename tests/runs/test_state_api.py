@@ -467,7 +467,7 @@ def test_a_decide_only_key_is_403_and_no_key_is_401(decide_a, ingest_a, client):
 
 def test_openapi_describes_state_in_camel_case(client):
     schema = client.get("/api/v1/openapi.json").json()
-    operations = schema["paths"]["/api/v1/runs/{run_id}/state"]
+    operations = schema["paths"]["/api/v1/runs/{runId}/state"]
     assert {"put", "get"} <= set(operations)
     props = schema["components"]["schemas"]["RunStateIn"]["properties"]
     assert {"pendingApprovals", "pendingSubRuns", "usageByModel", "sessionId"} <= set(props)
