@@ -55,18 +55,20 @@ def run_resource(*, run: Run, pending: list[Approval] | None = None) -> dict:
 
 
 def _pending_of(run_pks: list[int]) -> dict[int, list[Approval]]:
-    """The runs' pending calls; one past its expiry is expired first, never reported pending."""
+    """The runs' pending calls; one past its expiry is expired, never reported pending."""
     from approvals.services.expiry import approvals_expire_due
 
-    due = Approval.objects.filter(
-        run_id__in=run_pks, status=ApprovalStatus.PENDING, expires_at__lte=timezone.now()
-    ).values_list("pk", flat=True)
-    if due_ids := list(due):
-        approvals_expire_due(approval_ids=due_ids)
+    now = timezone.now()
     by_run: dict[int, list[Approval]] = defaultdict(list)
+    due: list[int] = []
     qs = Approval.objects.filter(run_id__in=run_pks, status=ApprovalStatus.PENDING)
     for approval in qs.select_related("decided_by").order_by("position", "id"):
-        by_run[approval.run_id].append(approval)
+        if approval.expires_at <= now:
+            due.append(approval.pk)
+        else:
+            by_run[approval.run_id].append(approval)
+    if due:
+        approvals_expire_due(approval_ids=due, now=now)
     return by_run
 
 
