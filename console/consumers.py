@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import random
 import time
@@ -31,6 +32,7 @@ from django.template.loader import render_to_string
 from console import access, realtime
 from console.errors import Forbidden, NotFound
 
+log = logging.getLogger(__name__)
 CLOSE_DENIED = 4403  # anonymous, signed out, deactivated, missing capability
 CLOSE_NOT_FOUND = 4404  # another tenant's object, or none
 RECHECK_SECONDS = float(os.environ.get("GAVEL_WS_RECHECK_SECONDS", "10"))
@@ -67,8 +69,12 @@ class SharedResults:
             items[key] = hit = (now + self.ttl, future)
             while len(items) > self.limit:
                 items.popitem(last=False)
-            future.add_done_callback(lambda f: f.exception() and items.pop(key, None))
+            future.add_done_callback(lambda f: _failed(f) and items.pop(key, None))
         return await asyncio.shield(hit[1])
+
+
+def _failed(future) -> bool:
+    return future.cancelled() or future.exception() is not None
 
 
 RENDERS = SharedResults(RENDER_TTL)
@@ -156,10 +162,18 @@ class LiveConsumer(AsyncWebsocketConsumer):
         the one thread sync views share, per socket, so a thousand sockets on one event would
         queue a thousand hops. These handlers touch the database only through
         database_sync_to_async, which closes stale connections in its own thread."""
-        if message["type"] in LAYER_EVENTS:
-            await getattr(self, get_handler_name(message))(message)
+        if message["type"] not in LAYER_EVENTS:
+            await super().dispatch(message)
             return
-        await super().dispatch(message)
+        try:
+            await getattr(self, get_handler_name(message))(message)
+        except NotFound:  # the object is gone, or no longer this viewer's to see
+            await self.close(code=CLOSE_NOT_FOUND)
+        except Forbidden:
+            await self.close(code=CLOSE_DENIED)
+        except Exception:  # a hint we could not render: the page re-reads over HTTP
+            log.warning("live push failed; asking the client to resync", exc_info=True)
+            await self.control("resync")
 
     def _authorize(self) -> list[str]:
         user = self.scope.get("user")

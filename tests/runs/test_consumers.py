@@ -199,3 +199,18 @@ def test_layer_messages_carry_ids_and_facts_never_content(
     for (_group, message), _ in send.call_args_list:
         assert set(message) <= {"type", "id", "tenant", "run", "seq", "prev", "what"}
         json.dumps(message)
+
+
+async def test_a_push_that_cannot_be_rendered_asks_the_client_to_resync(tenant_a, reviewer_a):
+    from unittest import mock
+
+    await admit(tenant_a)
+    socket, _ = await open_socket(f"/ws/runs/{RUN}/", reviewer_a)
+    await hello(socket)
+    hint = {"type": "run.updated", "id": "y1", "tenant": tenant_a.pk, "run": RUN, "seq": 0}
+    with mock.patch("runs.live.run_update_html", side_effect=RuntimeError("database away")):
+        await get_channel_layer().group_send(
+            realtime.run_group(tenant_a.pk, RUN), {**hint, "prev": 0, "what": ["todos"]}
+        )
+        assert control(await socket.receive_from(5)) == {"live": "resync"}
+    await socket.disconnect()
