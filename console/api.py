@@ -176,13 +176,16 @@ def on_unauthenticated(request, exc):
 @api.exception_handler(HttpError)
 def on_http_error(request, exc: HttpError):
     if exc.status_code == 400 and str(exc.message).startswith("Cannot parse request body"):
-        # A body that is not JSON at all: 400, but only after the 404 check (the contract).
+        # A body that is not JSON at all does not validate: 422 (the contract names no 400),
+        # after the 404 check.
         try:
             _check_path_objects(request)
         except GavelError as err:
             return on_gavel_error(request, err)
         details = [{"path": "body", "message": "not valid JSON"}]
-        return error_response(request, 400, "bad_request", "the body is not valid JSON", details)
+        return error_response(
+            request, 422, "validation_error", "the body is not valid JSON", details
+        )
     code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}.get(
         exc.status_code, "error"
     )

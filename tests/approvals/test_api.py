@@ -76,8 +76,8 @@ def test_invalid_bodies_are_422_and_change_nothing(decide_a, approval):
         assert response.json()["error"]["code"] == "validation_error"
         assert response.json()["error"]["details"], body
     malformed = decide_a.post(decide_path(approval), raw="{nope")
-    assert malformed.status_code == 400  # the API's answer to a body that is not JSON at all
-    assert malformed.json()["error"]["code"] == "bad_request"
+    assert malformed.status_code == 422  # a body that is not JSON at all does not validate
+    assert malformed.json()["error"]["code"] == "validation_error"
     assert Approval.objects.get(pk=approval.pk).status == ApprovalStatus.PENDING
     assert not AuditEvent.objects.filter(action="approval.decided").exists()
 

@@ -236,13 +236,13 @@ def test_order_of_checks(client, ingest_a, admitted, tenant_a, settings):
     assert post_events(ingest_a, gap).status_code == 409
 
 
-def test_a_body_that_is_not_json_is_400_after_the_404_check(ingest_a, admitted):
+def test_a_body_that_is_not_json_is_422_after_the_404_check(ingest_a, admitted):
     assert ingest_a.post(events_url("nope"), raw="{not json").status_code == 404
     response = ingest_a.post(events_url(), raw="{not json")
-    assert response.status_code == 400
-    assert response.json()["error"]["code"] == "bad_request"
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "validation_error"
     assert response.json()["error"]["details"] == [{"path": "body", "message": "not valid JSON"}]
-    assert ingest_a.post(RUNS, raw="[1, 2").status_code == 400
+    assert ingest_a.post(RUNS, raw="[1, 2").status_code == 422
     assert RunEvent.objects.count() == 0
 
 
