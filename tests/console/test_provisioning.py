@@ -39,16 +39,34 @@ def test_create_role_validates_capabilities():
     with pytest.raises(CommandError, match="unknown capabilities: fly"):
         run("create_role", "--tenant", "acme", "pilot", "--capabilities", "view_runs,fly")
     assert not Role.objects.filter(name="pilot").exists()
-    run("create_role", "--tenant", "acme", "refunds", "--capabilities", "decide",
-        "--decide-tools", "refund_*")
+    run(
+        "create_role",
+        "--tenant",
+        "acme",
+        "refunds",
+        "--capabilities",
+        "decide",
+        "--decide-tools",
+        "refund_*",
+    )
     assert Role.objects.get(name="refunds").decide_tools == ["refund_*"]
 
 
 @pytest.mark.django_db
 def test_create_principal_with_password_can_sign_in(client):
     run("create_tenant", "acme")
-    run("create_principal", "--tenant", "acme", "alice@example.com", "--password",
-        "s3cret-pass", "--role", "reviewer", "--team", "support")
+    run(
+        "create_principal",
+        "--tenant",
+        "acme",
+        "alice@example.com",
+        "--password",
+        "s3cret-pass",
+        "--role",
+        "reviewer",
+        "--team",
+        "support",
+    )
     run("create_principal", "--tenant", "acme", "alice@example.com", "--role", "reviewer")
     alice = Principal.objects.get(external_id="alice@example.com")
     assert [r.name for r in alice.roles.all()] == ["reviewer"]
