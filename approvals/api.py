@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from ninja import Field, Query, Router, Schema
+from ninja import Field, Query, Router
 from ninja.security import APIKeyCookie
 from pydantic import ConfigDict
 from pydantic.alias_generators import to_camel
@@ -24,23 +24,9 @@ from approvals.services.decisions import UNSET, approval_decide, approvals_annou
 from console import access, realtime
 from console.api import decide_auth, ingest_auth
 from console.errors import Forbidden
-from console.schemas import CamelSchema
+from console.schemas import CamelSchema, errors
 
 router = Router(tags=["approvals"])
-
-
-class ErrorBody(Schema):
-    code: str
-    message: str
-    details: Any = None
-
-
-class ErrorOut(Schema):
-    error: ErrorBody
-
-
-def errors(*codes: int) -> dict:
-    return {code: ErrorOut for code in (401, 403, 429, 503, *codes)}
 
 
 class BrowserSession(APIKeyCookie):

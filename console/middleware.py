@@ -17,8 +17,9 @@ CSP = "; ".join(
 )
 
 
-class ContentSecurityPolicyMiddleware:
-    """Adds the CSP header; works in both the sync and the async request path."""
+class ResponseMiddleware:
+    """A middleware that only rewrites the response (`process`), on the sync and the async
+    request path alike, so that it never forces the async stack into a thread."""
 
     sync_capable = True
     async_capable = True
@@ -31,12 +32,19 @@ class ContentSecurityPolicyMiddleware:
     def __call__(self, request):
         if iscoroutinefunction(self):
             return self._acall(request)
-        response = self.get_response(request)
-        response.headers.setdefault("Content-Security-Policy", CSP)
-        return response
+        return self.process(request, self.get_response(request))
 
     async def _acall(self, request):
-        response = await self.get_response(request)
+        return self.process(request, await self.get_response(request))
+
+    def process(self, request, response):
+        raise NotImplementedError
+
+
+class ContentSecurityPolicyMiddleware(ResponseMiddleware):
+    """Adds the CSP header."""
+
+    def process(self, request, response):
         response.headers.setdefault("Content-Security-Policy", CSP)
         return response
 
@@ -66,24 +74,11 @@ def _api_error_body(request, response):
     return new
 
 
-class ApiErrorBodyMiddleware:
+class ApiErrorBodyMiddleware(ResponseMiddleware):
     """Every 4xx under /api/v1/ has the contract's JSON error body, even Django's own."""
 
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response):
-        self.get_response = get_response
-        if iscoroutinefunction(get_response):
-            markcoroutinefunction(self)
-
-    def __call__(self, request):
-        if iscoroutinefunction(self):
-            return self._acall(request)
-        return _api_error_body(request, self.get_response(request))
-
-    async def _acall(self, request):
-        return _api_error_body(request, await self.get_response(request))
+    def process(self, request, response):
+        return _api_error_body(request, response)
 
 
 from whitenoise.middleware import WhiteNoiseMiddleware  # noqa: E402

@@ -1,5 +1,7 @@
 """The schema edge's bases: Python snake_case inside, camelCase on the wire."""
 
+from typing import Any
+
 from ninja import Schema
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
@@ -23,3 +25,20 @@ class CamelModel(BaseModel):
     """
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class ErrorBody(Schema):
+    code: str
+    message: str
+    details: Any = None
+
+
+class ErrorOut(Schema):
+    """The contract's error body (every 4xx/5xx)."""
+
+    error: ErrorBody
+
+
+def errors(*codes: int) -> dict:
+    """The error body for each status an operation may answer with (for OpenAPI)."""
+    return {code: ErrorOut for code in (401, 403, 429, 503, *codes)}

@@ -1,31 +1,15 @@
 """Runs over the wire: admission, listing, one run, events. Handlers only translate."""
 
-from typing import Any
-
-from ninja import Query, Router, Schema
+from ninja import Query, Router
 
 from console import access
 from console.api import ingest_auth
+from console.schemas import errors
 from runs import schemas as s
 from runs.selectors import run_get, run_resource, runs_list
 from runs.services.ingest import run_admit, run_events_apply
 
 router = Router(tags=["runs"])
-
-
-class ErrorBody(Schema):
-    code: str
-    message: str
-    details: Any = None
-
-
-class ErrorOut(Schema):
-    error: ErrorBody
-
-
-def errors(*codes: int) -> dict:
-    """The contract's error body for each status an operation may answer with."""
-    return {code: ErrorOut for code in (401, 403, 429, 503, *codes)}
 
 
 @router.post(

@@ -8,8 +8,8 @@ from pydantic import SkipValidation
 
 from console import access
 from console.api import ingest_auth
+from console.schemas import errors
 from runs import schemas as s
-from runs.api import errors
 from runs.schemas_state import RunOutcomeIn, RunStateIn, RunStateOut
 from runs.selectors import run_resource
 from runs.selectors_state import run_state_render
