@@ -1,6 +1,6 @@
 """Runs over the wire: admission, listing, one run, events. Handlers only translate."""
 
-from ninja import Query, Router
+from ninja import Query, Router, Status
 
 from console import access
 from console.api import ingest_auth
@@ -21,7 +21,7 @@ router = Router(tags=["runs"])
 )
 def runs_admit(request, payload: s.NewRunIn):
     run, created = run_admit(tenant=request.auth.tenant, body=payload)
-    return (201 if created else 200), run_resource(run=run)
+    return Status(201 if created else 200, run_resource(run=run))
 
 
 @router.get(
