@@ -182,7 +182,8 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT = VAR_DIR / "staticfiles"  # written by collectstatic only; WhiteNoise uses finders
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STATICFILES_DIRS = [BASE_DIR / "static"]
 # Static files are served straight from the finders, so a deployment needs no collectstatic.
 WHITENOISE_USE_FINDERS = True
