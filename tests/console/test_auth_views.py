@@ -166,3 +166,13 @@ def test_nav_pending_count_partial_renders_alone(reviewer_a):
         "base.html#nav-pending-count", nav_pending_count_context(viewer=reviewer_a)
     )
     assert html.startswith('<span id="nav-pending-count"') and ">1<" in html
+
+
+def test_every_page_links_an_icon_that_is_served(client, reviewer_a):
+    client.force_login(reviewer_a.user)
+    page = client.get("/runs/").content.decode()
+    assert 'rel="icon"' in page and "/static/favicon.svg" in page
+    icon = client.get("/static/favicon.svg")
+    assert icon.status_code == 200
+    body = b"".join(icon.streaming_content) if icon.streaming else icon.content
+    assert body.startswith(b"<svg")
