@@ -153,9 +153,16 @@ async def fan_out(base: str, api: httpx.AsyncClient, cookie: str, pid: int) -> d
     sent = time.perf_counter()
     body = {"events": [{"seq": 1, "type": "todos.updated", "todos": todos}]}
     (await api.post(f"/api/v1/runs/{run_id}/events", json=body)).raise_for_status()
-    delivered = [t - sent for t in await asyncio.wait_for(asyncio.gather(*waiting), 60)]
+    returned = time.perf_counter()
+    arrived = await asyncio.wait_for(asyncio.gather(*waiting), 60)
     await asyncio.gather(*[ws.close() for ws in sockets])
-    return {"delivered": delivered, "idle_cpu": idle, "connect_s": connect_s}
+    return {
+        "delivered": [t - sent for t in arrived],
+        # As (a) measures: from the runtime's POST returning (the event is committed).
+        "delivered_after_return": [max(0.0, t - returned) for t in arrived],
+        "idle_cpu": idle,
+        "connect_s": connect_s,
+    }
 
 
 async def measure(base: str, key: str, cookie: str, pid: int) -> dict:
@@ -185,7 +192,9 @@ def main() -> None:
     print(f"(a) POST sent -> card (whole round trip):       {ms(r['round_trip'])}")
     print(f"    ratio p50 (POST sent -> card) / bare echo:  "
           f"{pct(r['round_trip'], 0.5) / pct(r['bare'], 0.5):.1f}x")  # fmt: skip
-    print(f"(b) one event -> each of {CLIENTS} sockets:       {ms(r['delivered'])}, "
+    print(f"(b) POST sent -> each of {CLIENTS} sockets:       {ms(r['delivered'])}, "
           f"max {max(r['delivered']) * 1000:.1f} ms")  # fmt: skip
+    print(f"(b) POST returned -> each of {CLIENTS} sockets:   {ms(r['delivered_after_return'])}, "
+          f"max {max(r['delivered_after_return']) * 1000:.1f} ms")  # fmt: skip
     print(f"(b) {CLIENTS} idle sockets: daphne CPU {r['idle_cpu']:.2f} % over {IDLE_SECONDS:.0f} s "
           f"(connecting them took {r['connect_s']:.1f} s)")  # fmt: skip
