@@ -140,9 +140,14 @@ class LiveConsumer(AsyncWebsocketConsumer):
     """Subclasses define `authorize()` (sync: set what the socket watches; return the groups
     to join) and the `run_updated` / `approvals_updated` handlers they need."""
 
+    # No layer channel of its own: the socket listens through the process's fan-out
+    # (`realtime.Fanout`), one layer subscription per group however many sockets watch it.
+    channel_layer_alias = None
+
     async def connect(self):
         self.viewer = None
         self.recent: OrderedDict = OrderedDict()  # message ids handled (a socket in 2 groups)
+        self.backlog: list | None = []  # events heard before the state was sent (then None)
         self.session_key = getattr(self.scope.get("session"), "session_key", None)
         try:
             groups = await database_sync_to_async(self._authorize)()
@@ -151,20 +156,31 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.close(code=refused.code)
             return
         self.joined = [*groups, realtime.user_group(self.viewer.user_id)]
+        fanout = realtime.Fanout.here()
         for group in self.joined:
-            await self.channel_layer.group_add(group, self.channel_name)
+            await fanout.join(group, self)
         await self.accept()
         await self.send_state()
+        while self.backlog:  # in the order heard; nothing can overtake them
+            await self._handle(self.backlog.pop(0))
+        self.backlog = None
         self.recheck = asyncio.ensure_future(self._recheck_forever())
 
-    async def dispatch(self, message):
-        """Layer events skip Channels' per-message `aclose_old_connections()`: it is a hop to
-        the one thread sync views share, per socket, so a thousand sockets on one event would
-        queue a thousand hops. These handlers touch the database only through
-        database_sync_to_async, which closes stale connections in its own thread."""
-        if message["type"] not in LAYER_EVENTS:
-            await super().dispatch(message)
+    async def deliver(self, message):
+        """A layer event, handed over by the process's fan-out (console/realtime.py) in its own
+        task. Until the state is sent, events wait in the backlog (handled right after it, in
+        order, as a per-socket channel would have queued them)."""
+        if message.get("type") not in LAYER_EVENTS:
             return
+        if self.backlog is not None:
+            self.backlog.append(message)
+            return
+        await self._handle(message)
+
+    async def _handle(self, message):
+        """Skips Channels' per-message `aclose_old_connections()` (a hop to a sync thread per
+        socket): the handlers touch the database only through database_sync_to_async, which
+        closes stale connections in its own thread."""
         try:
             await getattr(self, get_handler_name(message))(message)
         except NotFound:  # the object is gone, or no longer this viewer's to see
@@ -198,8 +214,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
         task = getattr(self, "recheck", None)
         if task is not None:
             task.cancel()
+        fanout = realtime.Fanout.here()
         for group in getattr(self, "joined", []):
-            await self.channel_layer.group_discard(group, self.channel_name)
+            await fanout.leave(group, self)
 
     async def receive(self, text_data=None, bytes_data=None):
         """Clients only listen; "ping" answers "pong" (a liveness check, and the bare round

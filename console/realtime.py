@@ -1,6 +1,9 @@
-"""The only publisher to the channel layer. Services call `run_changed` / `approvals_changed`
-(deferred to `transaction.on_commit`); nothing else touches the layer. Messages are small dicts
-of ids and facts, never HTML, never content. docs/realtime.md lists every event and its group.
+"""The only code that touches the channel layer: the publisher, and the listeners' fan-out.
+
+Services call `run_changed` / `approvals_changed` (deferred to `transaction.on_commit`).
+Messages are small dicts of ids and facts, never HTML, never content. Sockets and the
+decisions long-poll listen through `Fanout` (one layer subscription per group per process).
+docs/realtime.md lists every event and its group.
 
 Publishing is safe from every context: from async code (a task on the running loop), from a
 sync thread inside daphne (sent on daphne's own loop, so the Redis pub/sub layer reuses that
@@ -8,12 +11,16 @@ loop's connection) and from plain sync code such as a management command (a publ
 its own, in one daemon thread, so the connection is made once, not once per message).
 """
 
+from __future__ import annotations
+
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
 import secrets
 import threading
+import weakref
 
 from asgiref.sync import SyncToAsync
 from channels.layers import get_channel_layer
@@ -196,44 +203,123 @@ def _run_loaded(sender, instance, **kwargs):
     instance._realtime_seq = instance.__dict__.get("last_seq")
 
 
-# Listening (the decisions long-poll). Added for approvals/api.py: an async context manager
-# that hears a group's messages without ever losing its subscription between waits.
-class _Subscription:
+# Listening: one layer subscription per group per process, fanned out to local listeners.
+#
+# A thousand sockets on one run used to mean a thousand layer channels: a thousand queue puts,
+# a thousand deserializations and a thousand consumer wake-ups per event, before one shared
+# render and a thousand sends. Now each process (each event loop) holds one channel per group
+# it has listeners for; a reader task takes each message off the layer once and hands it to
+# every local listener in turn (`await listener.deliver(message)`), in the order the layer
+# gave them. A listener that renders shares its render with the others (the consumers'
+# render cache), so the sends follow one another without a wake-up in between.
+
+
+class _Group:
+    """The local listeners of one group in one process, and its one layer subscription."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.listeners: dict = {}  # listener -> None: insertion-ordered, no duplicates
+        self.channel: str | None = None
+        self.ready: asyncio.Future | None = None
+        self.reader: asyncio.Task | None = None
+
+    async def subscribe(self, layer) -> None:
+        self.channel = await layer.new_channel()
+        await layer.group_add(self.name, self.channel)
+        self.reader = asyncio.ensure_future(self._read(layer))
+
+    async def _read(self, layer) -> None:
+        while True:
+            message = await layer.receive(self.channel)
+            for listener in list(self.listeners):
+                if listener not in self.listeners:  # left while an earlier one was served
+                    continue
+                try:
+                    await listener.deliver(message)
+                except Exception:  # one listener's failure is not the others'
+                    log.warning("live delivery on %s failed", self.name, exc_info=True)
+
+    async def unsubscribe(self, layer) -> None:
+        if self.reader is not None:
+            self.reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.reader
+        if self.channel is not None:
+            with contextlib.suppress(Exception):
+                await layer.group_discard(self.name, self.channel)
+
+
+class Fanout:
+    """Per event loop: `join(group, listener)` / `leave(group, listener)`. A listener has
+    `async deliver(message)`. Joining returns once the group's subscription is in place, so a
+    listener that reads the database after joining misses nothing published after that read."""
+
+    _by_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def __init__(self):
+        self.groups: dict[str, _Group] = {}
+
+    @classmethod
+    def here(cls) -> Fanout:
+        loop = asyncio.get_running_loop()
+        fanout = cls._by_loop.get(loop)
+        if fanout is None:
+            fanout = cls._by_loop[loop] = cls()
+        return fanout
+
+    def listeners(self, group: str) -> int:
+        held = self.groups.get(group)
+        return len(held.listeners) if held else 0
+
+    async def join(self, group: str, listener) -> None:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        held = self.groups.get(group)
+        if held is None:
+            held = self.groups[group] = _Group(group)
+            held.ready = asyncio.ensure_future(held.subscribe(layer))
+        held.listeners[listener] = None
+        try:
+            await asyncio.shield(held.ready)
+        except Exception:  # no layer: the page still works over HTTP, the poll on its timer
+            log.warning("channel layer subscribe to %s failed", group, exc_info=True)
+            if self.groups.get(group) is held:
+                del self.groups[group]
+
+    async def leave(self, group: str, listener) -> None:
+        held = self.groups.get(group)
+        if held is None or listener not in held.listeners:
+            return
+        del held.listeners[listener]
+        if not held.listeners:
+            del self.groups[group]  # a later join subscribes afresh
+            layer = get_channel_layer()
+            if layer is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(held.ready)
+                await held.unsubscribe(layer)
+
+
+class _Waiter:
     """`async with wait_for(group) as woken: await woken.wait(timeout)` → True when a message
     arrived on the group since the last wait. Lossy like the layer: callers re-check the
-    database on a timer, so a lost message only delays. A reader task owns `receive()` (a
-    timed-out receive would drop the pub/sub layer's channel), and waits only on an Event."""
+    database on a timer, so a lost message only delays."""
 
     def __init__(self, group: str):
         self.group = group
-        self.layer = None
-        self.channel = None
-        self.task = None
-        self.event = None
+        self.event: asyncio.Event | None = None
+
+    async def deliver(self, message) -> None:
+        self.event.set()
 
     async def __aenter__(self):
-        import asyncio
-
         self.event = asyncio.Event()
-        self.layer = get_channel_layer()
-        if self.layer is None:
-            return self
-        try:
-            self.channel = await self.layer.new_channel()
-            await self.layer.group_add(self.group, self.channel)
-            self.task = asyncio.ensure_future(self._read())
-        except Exception:  # no layer: the timer still answers
-            log.warning("channel layer subscribe to %s failed", self.group, exc_info=True)
+        await Fanout.here().join(self.group, self)
         return self
 
-    async def _read(self):
-        while True:
-            await self.layer.receive(self.channel)
-            self.event.set()
-
     async def wait(self, timeout: float) -> bool:
-        import asyncio
-
         try:
             await asyncio.wait_for(self.event.wait(), timeout)
         except TimeoutError:
@@ -242,18 +328,10 @@ class _Subscription:
         return True
 
     async def __aexit__(self, *exc):
-        import asyncio
-        import contextlib
-
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.task
-        if self.channel is not None:
-            with contextlib.suppress(Exception):
-                await self.layer.group_discard(self.group, self.channel)
+        await Fanout.here().leave(self.group, self)
         return False
 
 
-def wait_for(group: str) -> _Subscription:
-    return _Subscription(group)
+def wait_for(group: str) -> _Waiter:
+    """The decisions long-poll's wake-up: a listener of `group` for the `async with` block."""
+    return _Waiter(group)
