@@ -7,4 +7,4 @@ class ConsoleConfig(AppConfig):
 
     def ready(self):
         # Socket hygiene: sign-out and deactivation close the user's sockets (receivers there).
-        from console import realtime  # noqa: F401
+        from console import checks, realtime  # noqa: F401

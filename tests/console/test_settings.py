@@ -121,7 +121,18 @@ def test_check_deploy_with_production_env_prints_no_warnings(tmp_path):
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert "WARNING" not in output.upper(), output
-    assert "System check identified no issues (1 silenced)." in output
+    assert "System check identified no issues (3 silenced)." in output  # W001-W003: our checks
+
+
+def test_our_security_middleware_checks_replace_djangos_by_dotted_path(settings):
+    """Django's W001-W003 look for its own dotted paths; ours look for console.middleware."""
+    from console.checks import middleware_present
+
+    assert middleware_present(None) == []
+    settings.MIDDLEWARE = [
+        m for m in settings.MIDDLEWARE if m != "console.middleware.XFrameOptionsMiddleware"
+    ]
+    assert [w.id for w in middleware_present(None)] == ["gavel.W002"]
 
 
 def test_a_bad_debug_value_stops_manage_py_naming_the_variable(tmp_path):
