@@ -12,7 +12,14 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AwareDatetime, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AwareDatetime,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from approvals.schemas import ApprovalOut
@@ -254,6 +261,10 @@ Event = Annotated[
 
 class EventBatchIn(In):
     events: Annotated[list[Event], Field(min_length=1, max_length=MAX_EVENTS)]
+
+
+# A batch's events in their normalized wire form (what is stored and compared), in one pass.
+EVENTS = TypeAdapter(list[Event])
 
 
 class EventsAppliedOut(CamelModel):

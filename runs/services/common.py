@@ -1,22 +1,27 @@
 """The write primitives every way into a run shares (events, RunState snapshots, outcomes).
 
 A `RunWrites` is the unit of work for one run inside one transaction: the primitives change the
-run in memory and queue their rows; `flush()` writes them with a handful of bulk statements,
-saves the run once and publishes one `run_changed` on commit. Every primitive also works alone
-(`writes=None`): it then makes its own unit and flushes it at once.
+run in memory and queue plain rows (dicts, and `StepRow`s for steps); `flush()` writes each
+table with one statement, saves the run once and publishes one `run_changed` on commit. Every
+primitive also works alone (`writes=None`): it then makes its own unit and flushes it at once.
+
+No model instance is built for a row that is only inserted: on PostgreSQL a table's rows travel
+as one JSON array that `jsonb_to_recordset` turns into rows (`rows_insert`, `rows_upsert`);
+elsewhere they go through the ORM's bulk_create.
 
 The caller holds the transaction (and, for a run that exists, its row lock).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
+import orjson
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection, models, transaction
+from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -79,6 +84,25 @@ def principal(*, tenant: Tenant, external_id: str | None) -> Principal | None:
 # --- the unit of work ---
 
 
+@dataclass(slots=True)
+class StepRow:
+    """A step as a unit of work holds it (the columns of runs.Step, without the run)."""
+
+    number: int
+    agent_id: str
+    model: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_minor_units: int = 0
+    finish_reason: str | None = None
+    trace_id: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+STEP_COLUMNS = tuple(StepRow.__slots__)
+
+
 class RunWrites:
     """Pending writes of one run; `flush()` applies them in a few statements."""
 
@@ -87,17 +111,17 @@ class RunWrites:
         self.now = timezone.now()  # one clock reading per unit of work
         self.what: set[str] = set()
         self.dirty: set[str] = set()
-        self.steps: dict[int, Step] = {}  # every step touched, by number
-        self.new_steps: set[int] = set()
+        self.steps: dict[int, StepRow] = {}  # every step touched, by number
         self._looked_up: set[int] = set()  # step numbers already asked of the database
-        self.messages: list[Message] = []
-        self.tool_results: list[ToolResult] = []
-        self.handoffs: list[Handoff] = []
-        self.verdicts: list[Verdict] = []
+        self.messages: list[dict] = []
+        self.tool_results: list[dict] = []
+        self.handoffs: list[dict] = []
+        self.verdicts: list[dict] = []
         self.usage: dict[tuple, list[int]] = {}  # (day, principal, agent, model) -> deltas
         self._next_message: int | None = None
         self._next_handoff: int | None = None
         self._trace_ids: set[str] | None = None
+        self._days: dict = {}  # moment -> rollup day (one zone lookup per unit)
 
     def trace_id_add(self, trace_id: str) -> bool:
         """Append a trace id the run does not hold yet (a set keeps this O(1) per step)."""
@@ -120,18 +144,24 @@ class RunWrites:
         wanted = {n for n in numbers if n not in self.steps and n not in self._looked_up}
         self._looked_up |= wanted
         if wanted and self.run.pk:
-            for step in Step.objects.filter(run=self.run, number__in=wanted):
-                self.steps[step.number] = step
+            held = Step.objects.filter(run=self.run, number__in=wanted)
+            for values in held.values(*STEP_COLUMNS):
+                self.steps[values["number"]] = StepRow(**values)
 
-    def step(self, number: int, *, agent_id: str | None = None) -> Step:
-        if number not in self.steps:
-            self.preload_steps([number])
-        if number not in self.steps:
-            self.steps[number] = Step(
-                run=self.run, number=number, agent_id=agent_id or self.run.current_agent_id
-            )
-            self.new_steps.add(number)
-        return self.steps[number]
+    def step(self, number: int, *, agent_id: str | None = None) -> StepRow:
+        row = self.steps.get(number)
+        if row is None:
+            if number not in self._looked_up:
+                self.preload_steps([number])
+            row = self.steps.get(number)
+            if row is None:
+                row = StepRow(
+                    number=number,
+                    agent_id=agent_id or self.run.current_agent_id,
+                    started_at=self.now,
+                )
+                self.steps[number] = row
+        return row
 
     def next_message_position(self) -> int:
         if self._next_message is None:
@@ -149,6 +179,12 @@ class RunWrites:
         self._next_handoff += 1
         return position
 
+    def day(self, at: datetime):
+        day = self._days.get(at)
+        if day is None:
+            day = self._days[at] = usage_day(tenant=self.run.tenant, at=at)
+        return day
+
     def add_usage(self, *, day, agent_id: str, model: str, usage: dict, steps: int) -> None:
         principal_id = self.run.principal.external_id if self.run.principal_id else ""
         key = (day, principal_id, agent_id or "", model or "")
@@ -159,13 +195,19 @@ class RunWrites:
 
     def flush(self) -> None:
         run = self.run
-        if self.new_steps:
-            bulk_insert([self.steps[n] for n in sorted(self.new_steps)])
-        changed = [s for n, s in self.steps.items() if n not in self.new_steps]
-        if changed:
-            Step.objects.bulk_update(changed, STEP_UPDATE_FIELDS)
-        for rows in (self.messages, self.tool_results, self.handoffs, self.verdicts):
-            bulk_insert(rows)
+        if self.steps:  # new and changed alike: one upsert
+            rows_upsert(
+                Step,
+                [_step_values(run.pk, row) for row in self.steps.values()],
+                unique=("run_id", "number"),
+            )
+        for model, rows in (
+            (Message, self.messages),
+            (ToolResult, self.tool_results),
+            (Handoff, self.handoffs),
+            (Verdict, self.verdicts),
+        ):
+            rows_insert(model, rows)
         _usage_daily_add(tenant_id=run.tenant_id, rows=self.usage)
         if self.dirty:
             run.updated_at = timezone.now()
@@ -175,75 +217,129 @@ class RunWrites:
         self.__init__(run)
 
 
-STEP_UPDATE_FIELDS = [
-    "agent_id",
-    "model",
-    *USAGE_FIELDS,
-    "finish_reason",
-    "trace_id",
-    "started_at",
-    "finished_at",
-]
+def _step_values(run_id: int, row: StepRow) -> dict:
+    values = {column: getattr(row, column) for column in STEP_COLUMNS}
+    values["run_id"] = run_id
+    return values
 
 
-@contextlib.contextmanager
-def _unit(run: Run, writes: RunWrites | None):
-    if writes is not None:
-        yield writes
-        return
-    with transaction.atomic():
-        unit = RunWrites(run)
-        yield unit
-        unit.flush()
+class _unit:
+    """`with _unit(run, writes) as w`: the caller's unit, or a unit of its own flushed in its
+    own transaction when the primitive is called alone."""
+
+    __slots__ = ("run", "writes", "atomic")
+
+    def __init__(self, run: Run, writes: RunWrites | None):
+        self.run, self.writes, self.atomic = run, writes, None
+
+    def __enter__(self) -> RunWrites:
+        if self.writes is None:
+            self.atomic = transaction.atomic()
+            self.atomic.__enter__()
+            self.writes = RunWrites(self.run)
+        return self.writes
+
+    def __exit__(self, kind, value, traceback):
+        if self.atomic is None:
+            return False
+        try:
+            if kind is None:
+                self.writes.flush()
+        except BaseException as error:
+            self.atomic.__exit__(type(error), error, error.__traceback__)
+            raise
+        return self.atomic.__exit__(kind, value, traceback)
+
+
+# --- rows in bulk ---
+
+
+def rows_insert(model, rows: list[dict]) -> None:
+    """Insert rows given as dicts of attribute names (`run_id`, not `run`), in one statement.
+    Columns the rows leave out take their default (evaluated once). No primary keys come
+    back: nothing in a unit of work needs them."""
+    if rows:
+        _rows_write(model, rows)
+
+
+def rows_upsert(model, rows: list[dict], *, unique: tuple[str, ...]) -> None:
+    """Insert rows, or overwrite every given column of the row holding the same `unique`."""
+    if rows:
+        _rows_write(model, rows, unique=unique)
 
 
 def bulk_insert(objs: list) -> None:
-    """Insert new model instances of one model, fast: COPY on PostgreSQL, bulk_create
-    elsewhere. They get no primary keys back (nothing in a unit of work needs them)."""
-    if not objs:
-        return
-    model = type(objs[0])
+    """Insert model instances of one model (`rows_insert` for instances: seed_demo)."""
+    if objs:
+        fields = _columns(type(objs[0]))
+        rows_insert(
+            type(objs[0]), [{f.attname: getattr(o, f.attname) for f in fields} for o in objs]
+        )
+
+
+def _columns(model) -> list:
+    return [f for f in model._meta.concrete_fields if not f.primary_key]
+
+
+def _rows_write(model, rows: list[dict], unique: tuple[str, ...] | None = None) -> None:
+    fields = _columns(model)
+    given = [f for f in fields if f.attname in rows[0]]
     if connection.vendor != "postgresql":
-        model.objects.bulk_create(objs)
-        return
-    _copy(model, [obj.__dict__ for obj in objs])
-
-
-def bulk_insert_rows(model, rows: list[dict]) -> None:
-    """Insert rows given as dicts of attribute names (`run_id`, not `run`): no model instance
-    is built on PostgreSQL. Missing fields take their default, evaluated once per call."""
-    if not rows:
-        return
-    if connection.vendor != "postgresql":
-        model.objects.bulk_create([model(**row) for row in rows])
-        return
-    _copy(model, rows)
-
-
-def _copy(model, rows: list[dict]) -> None:
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    defaults = {f.attname: f.get_default() for f in fields if f.attname not in rows[0]}
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    table = connection.ops.quote_name(model._meta.db_table)
-    # Plain values straight to COPY: JSON as its text, everything else as psycopg adapts it.
-    names = [f.attname for f in fields]
-    json_names = {f.attname for f in fields if isinstance(f, models.JSONField)}
-    with (
-        connection.cursor() as cursor,
-        cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy,
-    ):
-        for row in rows:
-            values = [row[n] if n in row else defaults[n] for n in names]
-            copy.write_row(
-                [
-                    _json_text(v) if n in json_names else v
-                    for n, v in zip(names, values, strict=True)
-                ]
+        defaults = {f.attname: f.get_default() for f in fields if f.attname not in rows[0]}
+        objs = [model(**defaults, **row) for row in rows]
+        if unique is None:
+            model.objects.bulk_create(objs)
+        else:
+            updates = [f.name for f in given if f.attname not in unique]
+            names = [model._meta.get_field(a).name if a.endswith("_id") else a for a in unique]
+            model.objects.bulk_create(
+                objs, update_conflicts=True, unique_fields=names, update_fields=updates
             )
+        return
+    quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+    record = ", ".join(f"{quote(f.column)} {f.db_type(connection)}" for f in given)
+    missing = [f for f in fields if f.attname not in rows[0]]
+    columns = ", ".join(quote(f.column) for f in (*given, *missing))
+    values = ", ".join(
+        [quote(f.column) for f in given] + [f"%s::{f.db_type(connection)}" for f in missing]
+    )
+    params = [_json_param(f.get_default()) if _is_json(f) else f.get_default() for f in missing]
+    # Identifiers and types come from the model; every value is a parameter.
+    sql = f"INSERT INTO {table} ({columns}) SELECT {values} "  # noqa: S608
+    sql += f"FROM jsonb_to_recordset(%s::jsonb) AS r({record})"
+    if unique is not None:
+        by = {f.attname: f.column for f in fields}
+        keys = ", ".join(quote(by[a]) for a in unique)
+        sets = ", ".join(
+            f"{quote(f.column)} = EXCLUDED.{quote(f.column)}"
+            for f in given
+            if f.attname not in unique
+        )
+        sql += f" ON CONFLICT ({keys}) DO UPDATE SET {sets}"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, json_text(rows)])
 
 
-def _json_text(value):
-    return None if value is None else json.dumps(value, cls=DjangoJSONEncoder)
+def _is_json(field) -> bool:
+    return field.get_internal_type() == "JSONField"
+
+
+def _json_param(value):
+    return None if value is None else json_text(value)
+
+
+def json_text(value) -> str:
+    """JSON for the database: orjson (fast), or the standard encoder for what orjson refuses
+    (integers beyond 64 bits) and for Django's types (Decimal, UUID, lazy strings)."""
+    try:
+        return orjson.dumps(value, default=_django_default).decode()
+    except TypeError:
+        return json.dumps(value, cls=DjangoJSONEncoder)
+
+
+def _django_default(value):
+    return DjangoJSONEncoder().default(value)
 
 
 def _usage_daily_add(*, tenant_id: int, rows: dict) -> None:
@@ -285,7 +381,7 @@ def step_start(
     model: str | None = None,
     started_at: datetime | None = None,
     writes: RunWrites | None = None,
-) -> Step:
+) -> StepRow:
     """A new step (or the same step seen again): `currentAgentId` = agent_id."""
     with _unit(run, writes) as w:
         row = w.step(step, agent_id=agent_id)
@@ -309,7 +405,7 @@ def step_finish_usage(
     trace_id: str | None = None,
     finished_at: datetime | None = None,
     writes: RunWrites | None = None,
-) -> Step:
+) -> StepRow:
     """A step's usage, added to the run, its model and the daily rollup exactly once.
 
     A step reported finished again (a snapshot, a corrected event) replaces its earlier
@@ -337,7 +433,7 @@ def step_finish_usage(
         return row
 
 
-def _usage_apply(w: RunWrites, *, row: Step, model: str, usage: dict, steps: int) -> None:
+def _usage_apply(w: RunWrites, *, row: StepRow, model: str, usage: dict, steps: int) -> None:
     run = w.run
     for field in USAGE_FIELDS:
         setattr(run, field, getattr(run, field) + usage[field])
@@ -347,26 +443,27 @@ def _usage_apply(w: RunWrites, *, row: Step, model: str, usage: dict, steps: int
         held[field] = held.get(field, 0) + usage[field]
     by_model[model or ""] = held
     run.usage_by_model = by_model
-    day = usage_day(tenant=run.tenant, at=row.finished_at)
-    w.add_usage(day=day, agent_id=row.agent_id, model=model, usage=usage, steps=steps)
+    w.add_usage(
+        day=w.day(row.finished_at), agent_id=row.agent_id, model=model, usage=usage, steps=steps
+    )
 
 
 def messages_append(
     *, run: Run, messages: list[dict], step: int | None = None, writes: RunWrites | None = None
-) -> list[Message]:
+) -> list[dict]:
     """Append messages (`role`, `content`, `tool_calls`, `tool_call_id`) in order."""
     with _unit(run, writes) as w:
         rows = [
-            Message(
-                run_id=run.pk,  # the id, not the instance: cheaper by the hundred
-                position=w.next_message_position(),
-                step=m.get("step", step),
-                role=m["role"],
-                content=m["content"],
-                tool_calls=m.get("tool_calls"),
-                tool_call_id=m.get("tool_call_id"),
-                created_at=m.get("at") or w.now,
-            )
+            {
+                "run_id": run.pk,
+                "position": w.next_message_position(),
+                "step": m.get("step", step),
+                "role": m["role"],
+                "content": m["content"],
+                "tool_calls": m.get("tool_calls"),
+                "tool_call_id": m.get("tool_call_id"),
+                "created_at": m.get("at") or w.now,
+            }
             for m in messages
         ]
         w.messages.extend(rows)
@@ -384,17 +481,17 @@ def tool_result_record(
     is_error: bool,
     at: datetime | None = None,
     writes: RunWrites | None = None,
-) -> ToolResult:
+) -> dict:
     with _unit(run, writes) as w:
-        row = ToolResult(
-            run_id=run.pk,
-            step=step,
-            tool_call_id=tool_call_id,
-            tool_name=tool_name,
-            result=result,
-            is_error=is_error,
-            created_at=at or w.now,
-        )
+        row = {
+            "run_id": run.pk,
+            "step": step,
+            "tool_call_id": tool_call_id,
+            "tool_name": tool_name,
+            "result": result,
+            "is_error": is_error,
+            "created_at": at or w.now,
+        }
         w.tool_results.append(row)
         w.what.add("tool_results")
         return row
@@ -410,19 +507,19 @@ def handoff_record(
     returned: bool = False,
     at: datetime | None = None,
     writes: RunWrites | None = None,
-) -> Handoff:
+) -> dict:
     """A handoff (or its return): recorded, and `currentAgentId` = to_agent_id."""
     with _unit(run, writes) as w:
-        row = Handoff(
-            run_id=run.pk,
-            kind=Handoff.Kind.RETURNED if returned else Handoff.Kind.HANDOFF,
-            step=step,
-            from_agent_id=from_agent_id or (run.current_agent_id if returned else ""),
-            to_agent_id=to_agent_id,
-            child_run_id=child_run_id,
-            position=w.next_handoff_position(),
-            created_at=at or w.now,
-        )
+        row = {
+            "run_id": run.pk,
+            "kind": Handoff.Kind.RETURNED if returned else Handoff.Kind.HANDOFF,
+            "step": step,
+            "from_agent_id": from_agent_id or (run.current_agent_id if returned else ""),
+            "to_agent_id": to_agent_id,
+            "child_run_id": child_run_id,
+            "position": w.next_handoff_position(),
+            "created_at": at or w.now,
+        }
         w.handoffs.append(row)
         run.current_agent_id = to_agent_id
         w.touch("current_agent_id", what="handoffs")
@@ -449,24 +546,31 @@ def verdict_record(
     (on equal severity, the earlier one stands). Returns the verdict the turn now holds."""
     with _unit(run, writes) as w:
         w.verdicts.append(
-            Verdict(
-                run_id=run.pk,
-                turn=turn,
-                verdict=verdict,
-                guard=guard or "",
-                reason=reason or "",
-                created_at=at or w.now,
-            )
+            {
+                "run_id": run.pk,
+                "turn": turn,
+                "verdict": verdict,
+                "guard": guard or "",
+                "reason": reason or "",
+                "created_at": at or w.now,
+            }
         )
-        if run.verdicts is None:
-            run.verdicts = {}
-        held = run.verdicts.get(turn)
-        if held is None or VERDICT_SEVERITY[verdict] > VERDICT_SEVERITY[held["verdict"]]:
-            held = {"verdict": verdict, "guard": guard or "", "reason": reason or ""}
-            run.verdicts[turn] = held  # in place: a long run holds many turns
-            w.touch("verdicts")
-        w.what.add("verdicts")
-        return held
+        return verdict_widen(w, turn=turn, verdict=verdict, guard=guard, reason=reason)
+
+
+def verdict_widen(w: RunWrites, *, turn: str, verdict: str, guard: str, reason: str) -> dict:
+    """The run's verdict for `turn` after this one (the row is the caller's: events have it
+    from their log, see runs.services.ingest)."""
+    run = w.run
+    if run.verdicts is None:
+        run.verdicts = {}
+    held = run.verdicts.get(turn)
+    if held is None or VERDICT_SEVERITY[verdict] > VERDICT_SEVERITY[held["verdict"]]:
+        held = {"verdict": verdict, "guard": guard or "", "reason": reason or ""}
+        run.verdicts[turn] = held  # in place: a long run holds many turns
+        w.touch("verdicts")
+    w.what.add("verdicts")
+    return held
 
 
 def taint_replace(*, run: Run, taint_summary: dict | None, writes: RunWrites | None = None):

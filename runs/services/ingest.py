@@ -1,13 +1,16 @@
 """Ingest over the wire: admitting runs and applying event batches (the contract's seq rules).
 
-A batch is one transaction under the run's row lock: its RunEvent rows go in with one bulk
-insert, its effects are gathered by a `RunWrites` and written with a few bulk statements, and
-one `run_changed` is published on commit. A batch that fails writes nothing.
+A batch is one transaction under the run's row lock: its RunEvent rows go in with one
+statement; the database itself then makes the batch's Message, ToolResult and Verdict rows from
+those log rows (`LOG_PROJECTIONS`: the content is sent once, not twice); the run-level effects
+(steps, usage, verdicts, status, todos, handoffs, held calls) are gathered by a `RunWrites` and
+written with a few statements; one `run_changed` is published on commit. A batch that fails
+writes nothing.
 """
 
 from __future__ import annotations
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from approvals.services.decisions import approvals_mark_delivered
@@ -16,7 +19,7 @@ from console import realtime
 from console.errors import Conflict, Invalid
 from console.models import Tenant
 from runs import schemas as s
-from runs.models import Run, RunEvent, RunStatus
+from runs.models import Message, Run, RunEvent, RunStatus, ToolResult, Verdict
 from runs.services import common
 from runs.services.common import RunWrites
 
@@ -118,7 +121,7 @@ def run_events_apply(*, run: Run, events: list) -> int:
             code="seq_gap",
             details={"expectedSeq": run.last_seq + 1, "lastSeq": run.last_seq},
         )
-    wires = [_wire(e) for e in events]
+    wires = s.EVENTS.dump_python(events, mode="json", by_alias=True, exclude_unset=True)
     held = sum(1 for e in events if e.seq <= run.last_seq)
     _check_replayed(run=run, events=events[:held], wires=wires[:held])
     if held == len(events):
@@ -163,8 +166,9 @@ def _check_replayed(*, run: Run, events: list, wires: list) -> None:
 def _apply_new(*, run: Run, events: list, wires: list) -> None:
     if run.is_finished:
         _finished_conflict(run=run, seq=events[0].seq)
-    now = timezone.now()
-    common.bulk_insert_rows(
+    writes = RunWrites(run)
+    now = writes.now
+    common.rows_insert(
         RunEvent,
         [
             {"run_id": run.pk, "seq": e.seq, "type": e.type, "data": w, "at": e.at or now}
@@ -172,13 +176,13 @@ def _apply_new(*, run: Run, events: list, wires: list) -> None:
         ],
     )
     run.last_seq = events[-1].seq  # before the effects, so their live updates carry it
-    writes = RunWrites(run)
     writes.touch("last_seq", what="events")
     writes.preload_steps({e.step for e in events if getattr(e, "step", None)})
     for event, wire in zip(events, wires, strict=True):
         if run.is_finished:
             _finished_conflict(run=run, seq=event.seq)
         EFFECTS[event.type](run, event, wire, writes)
+    _log_project(run=run, events=events)
     writes.flush()
     # The runtime is reporting again: it has picked up what was decided ("runtime resumed").
     approvals_mark_delivered(run=run)
@@ -204,34 +208,11 @@ def _step_started(run, e: s.StepStarted, wire, w: RunWrites):
 
 
 def _message(run, e: s.MessageEvent, wire, w: RunWrites):
-    message = wire["message"]
-    common.messages_append(
-        run=run,
-        step=e.step,
-        messages=[
-            {
-                "role": message["role"],
-                "content": message["content"],
-                "tool_calls": message.get("toolCalls"),
-                "tool_call_id": message.get("toolCallId"),
-                "at": e.at,
-            }
-        ],
-        writes=w,
-    )
+    w.what.add("messages")  # the row: LOG_PROJECTIONS
 
 
 def _tool_result(run, e: s.ToolResultEvent, wire, w: RunWrites):
-    common.tool_result_record(
-        run=run,
-        step=e.step,
-        tool_call_id=e.tool_call_id,
-        tool_name=e.tool_name,
-        result=wire.get("result"),
-        is_error=e.is_error,
-        at=e.at,
-        writes=w,
-    )
+    w.what.add("tool_results")  # the row: LOG_PROJECTIONS
 
 
 def _step_finished(run, e: s.StepFinished, wire, w: RunWrites):
@@ -277,15 +258,8 @@ def _todos_updated(run, e: s.TodosUpdated, wire, w: RunWrites):
 
 
 def _verdict(run, e: s.VerdictEvent, wire, w: RunWrites):
-    common.verdict_record(
-        run=run,
-        turn=e.turn,
-        verdict=e.verdict,
-        guard=e.guard,
-        reason=e.reason,
-        at=e.at,
-        writes=w,
-    )
+    # The row: LOG_PROJECTIONS; the run keeps the widest verdict per turn.
+    common.verdict_widen(w, turn=e.turn, verdict=e.verdict, guard=e.guard, reason=e.reason)
 
 
 def _taint_updated(run, e: s.TaintUpdated, wire, w: RunWrites):
@@ -319,3 +293,89 @@ EFFECTS = {
     "taint.updated": _taint_updated,
     "run.finished": _run_finished,
 }
+
+
+# --- rows the database makes from the log rows of a batch ---
+#
+# A message, a tool result and a verdict are each a row of their own table as well as a log
+# row. The batch's log rows are in the database already, so one INSERT ... SELECT per table
+# makes them there, reading the fields out of the stored event: the content crosses the wire
+# and is parsed once. The SQL is the same on PostgreSQL and SQLite (3.38+: `->`, `->>`; a JSON
+# null where a column allows NULL becomes NULL, as the ORM stores None). Messages are numbered
+# after the run's last one, in seq order.
+
+
+def _projection(model, values: dict[str, str], event_type: str) -> str:
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(model._meta.get_field(name).column) for name in values)
+    log = RunEvent._meta.db_table
+    # Identifiers come from the models and this module; every value is a parameter.
+    return (
+        f"INSERT INTO {quote(model._meta.db_table)} (run_id, {columns}) "  # noqa: S608
+        f"SELECT run_id, {', '.join(values.values())} FROM {quote(log)} "
+        "WHERE run_id = %(run)s AND seq BETWEEN %(first)s AND %(last)s "
+        f"AND type = '{event_type}'"
+    )
+
+
+def _log_projections() -> dict[str, str]:
+    """Event type -> the INSERT ... SELECT making its rows."""
+    table = connection.ops.quote_name(Message._meta.db_table)
+    position = (
+        f"(SELECT COALESCE(MAX(position) + 1, 0) FROM {table} WHERE run_id = %(run)s)"  # noqa: S608
+        " + ROW_NUMBER() OVER (ORDER BY seq) - 1"
+    )
+    return {
+        "message": _projection(
+            Message,
+            {
+                "position": position,
+                "step": "CAST(data ->> 'step' AS integer)",
+                "role": "data -> 'message' ->> 'role'",
+                "content": "data -> 'message' -> 'content'",
+                "tool_calls": "NULLIF(data -> 'message' -> 'toolCalls', 'null')",
+                "tool_call_id": "data -> 'message' ->> 'toolCallId'",
+                "created_at": "at",
+            },
+            "message",
+        ),
+        "tool.result": _projection(
+            ToolResult,
+            {
+                "step": "CAST(data ->> 'step' AS integer)",
+                "tool_call_id": "data ->> 'toolCallId'",
+                "tool_name": "data ->> 'toolName'",
+                "result": "NULLIF(data -> 'result', 'null')",
+                "is_error": "CAST(data ->> 'isError' AS boolean)",
+                "created_at": "at",
+            },
+            "tool.result",
+        ),
+        "verdict": _projection(
+            Verdict,
+            {
+                "turn": "data ->> 'turn'",
+                "verdict": "data ->> 'verdict'",
+                "guard": "data ->> 'guard'",
+                "reason": "data ->> 'reason'",
+                "created_at": "at",
+            },
+            "verdict",
+        ),
+    }
+
+
+LOG_PROJECTIONS: dict[str, dict[str, str]] = {}  # vendor -> event type -> SQL, built once
+
+
+def _log_project(*, run: Run, events: list) -> None:
+    """The Message, ToolResult and Verdict rows of a batch, from its log rows."""
+    projections = LOG_PROJECTIONS.get(connection.vendor)
+    if projections is None:
+        projections = LOG_PROJECTIONS[connection.vendor] = _log_projections()
+    params = {"run": run.pk, "first": events[0].seq, "last": events[-1].seq}
+    present = {e.type for e in events}
+    with connection.cursor() as cursor:
+        for event_type, sql in projections.items():
+            if event_type in present:
+                cursor.execute(sql, params)

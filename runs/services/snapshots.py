@@ -26,7 +26,7 @@ from approvals.services.requests import approvals_request
 from console import realtime
 from console.errors import Conflict, Invalid
 from console.models import Tenant
-from runs.models import Handoff, Message, Run, RunStatus, Step, Verdict
+from runs.models import Handoff, Message, Run, RunStatus, Verdict
 from runs.schemas_state import (
     RunStateIn,
     bad_string_path,
@@ -35,7 +35,7 @@ from runs.schemas_state import (
 )
 from runs.selectors_state import snapshot_envelope
 from runs.services import common
-from runs.services.common import USAGE_FIELDS, RunWrites, usage_zero
+from runs.services.common import USAGE_FIELDS, RunWrites, StepRow, usage_zero
 
 STATUS_FROM_STATE = {
     "running": RunStatus.RUNNING,
@@ -307,7 +307,7 @@ def _steps(w: RunWrites, state: RunStateIn) -> None:
         )
 
 
-def _step_counts(row: Step, usage: dict, finished: datetime) -> bool:
+def _step_counts(row: StepRow, usage: dict, finished: datetime) -> bool:
     """Does the held step already count exactly this usage, finished at this time?"""
     same = all(getattr(row, f) == usage[f] for f in USAGE_FIELDS)
     return same and row.finished_at == finished
@@ -396,7 +396,7 @@ def usage_add(
 ) -> None:
     """Usage not tied to one step (a snapshot's correction, an outcome's sum): added to the
     run, its model and the daily rollup, by the same arithmetic as a step's usage."""
-    carrier = Step(run=run, agent_id=run.current_agent_id, finished_at=at or timezone.now())
+    carrier = StepRow(number=0, agent_id=run.current_agent_id, finished_at=at or timezone.now())
     with common._unit(run, writes) as unit:
         common._usage_apply(unit, row=carrier, model=model, usage=usage, steps=steps)
         unit.touch(*USAGE_FIELDS, "usage_by_model", what="usage")
