@@ -22,7 +22,8 @@ from approvals.selectors import (
 )
 from approvals.services.decisions import UNSET, approval_decide, approvals_announce_delivered
 from console import access, realtime
-from console.api import decide_auth, ingest_auth
+from console.api import decide_auth, ingest_auth_held
+from console.db import released
 from console.errors import Forbidden
 from console.schemas import CamelSchema, errors
 
@@ -114,7 +115,9 @@ async def _wait_for_decisions(*, run, after, wait: float) -> dict:
     async with realtime.wait_for(group) as woken:
         while True:
             final = loop.time() >= deadline
-            answer, until_expiry, marked = await sync_to_async(decisions_answer)(
+            # Each read takes a connection and gives it back (to the pool): a held poll
+            # holds none while it sleeps.
+            answer, until_expiry, marked = await released(decisions_answer)(
                 run=run, after=after, deliver=final
             )
             if answer is not None:
@@ -126,7 +129,7 @@ async def _wait_for_decisions(*, run, after, wait: float) -> dict:
 
 @router.get(
     "/runs/{run_id}/decisions",
-    auth=ingest_auth,
+    auth=ingest_auth_held,
     response={200: DecisionsOut, **errors(404, 422)},
     by_alias=True,
     summary="The run's decisions for its runtime (long-poll up to `wait` seconds)",
@@ -139,7 +142,7 @@ async def run_decisions(
 ):
     # `wait` and `after` are validated here, after the 404 check (the contract's order), and
     # not by the schema: ninja's 422 path would look the run up from inside the event loop.
-    run = await sync_to_async(access.run_in_tenant)(tenant_id=request.auth.tenant_id, run_id=run_id)
+    run = await released(access.run_in_tenant)(tenant_id=request.auth.tenant_id, run_id=run_id)
     seconds = parse_wait(wait)
     cursor = parse_cursor(after)
     return await _wait_for_decisions(run=run, after=cursor, wait=seconds)

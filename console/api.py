@@ -16,6 +16,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 from ninja.security import HttpBearer
 
 from console import access, ratelimit
+from console.db import released
 from console.errors import GavelError, NotFound, RateLimited
 from console.models import ApiKey
 
@@ -46,8 +47,21 @@ class KeyAuth(HttpBearer):
         return key
 
 
+class HeldKeyAuth(KeyAuth):
+    """The key check of an async operation that holds its request (the decisions long-poll).
+    The lookup takes a database connection and gives it back (to the pool) at once, instead
+    of keeping it through the request's thread for the whole wait. Only for async operations:
+    ninja awaits it there (`is_async`)."""
+
+    is_async = True
+
+    async def __call__(self, request):
+        return await released(KeyAuth.__call__)(self, request)
+
+
 ingest_auth = KeyAuth("ingest")
 decide_auth = KeyAuth("decide")
+ingest_auth_held = HeldKeyAuth("ingest")
 
 # Path parameters are snake_case in Python (`run_id`) and camelCase in the contract (`runId`).
 WIRE_PATH_PARAMS = {"run_id": "runId", "approval_id": "approvalId"}

@@ -167,3 +167,21 @@ async def test_answering_tells_reviewers_the_runtime_picked_the_decision_up(
     assert sent[0]["approvals"] == [approval.public_id]
     stored = await sync_to_async(Approval.objects.get)(pk=approval.pk)
     assert stored.delivered_at is not None
+
+
+@pytest.mark.postgres
+async def test_a_held_poll_holds_no_database_connection_between_its_reads(setup):
+    """Each read of a long-poll gives its connection back (to the pool): a thousand held
+    polls must not hold a thousand connections. (SQLite's in-memory test database is never
+    closed, so this is PostgreSQL's.)"""
+    from django.db import connections
+
+    from console.db import released
+
+    def read():
+        wrapper = connections["default"]
+        wrapper.ensure_connection()
+        return wrapper
+
+    wrapper = await released(read)()
+    assert wrapper.connection is None

@@ -82,6 +82,29 @@ def test_database_url_accepts_both_postgres_schemes(load_settings, scheme):
     )
 
 
+def test_postgresql_connections_come_from_a_pool_by_default(load_settings, monkeypatch):
+    for name in ("DB_POOL", "DB_POOL_MIN", "DB_POOL_MAX", "DB_POOL_TIMEOUT", "DB_CONN_MAX_AGE"):
+        monkeypatch.delenv(name, raising=False)
+    url = "postgres://gavel@db.internal/gavel"
+    db = load_settings(SECRET_KEY="s", DATABASE_URL=url).DATABASES["default"]
+    assert db["OPTIONS"]["pool"] == {"min_size": 2, "max_size": 20, "timeout": 10}
+    assert db["CONN_MAX_AGE"] == 0  # Django's pool hands connections back after each request
+    db = load_settings(DB_POOL_MIN="4", DB_POOL_MAX="8").DATABASES["default"]
+    assert db["OPTIONS"]["pool"]["min_size"] == 4 and db["OPTIONS"]["pool"]["max_size"] == 8
+    db = load_settings(DB_POOL="off", DB_CONN_MAX_AGE="60").DATABASES["default"]
+    assert "pool" not in db["OPTIONS"] and db["CONN_MAX_AGE"] == 60
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("DB_POOL", "maybe"), ("DB_POOL_MIN", "0"), ("DB_POOL_MAX", "1")]
+)
+def test_a_bad_pool_setting_names_the_variable(load_settings, monkeypatch, name, value):
+    monkeypatch.setenv("DB_POOL_MIN", "2")  # a max below the min is refused too
+    url = "postgres://gavel@db.internal/gavel"
+    with pytest.raises(ImproperlyConfigured, match=name):
+        load_settings(SECRET_KEY="s", DATABASE_URL=url, **{name: value})
+
+
 def test_unset_database_url_is_sqlite_under_var(load_settings, tmp_path):
     db = load_settings(SECRET_KEY="s").DATABASES["default"]
     assert db["ENGINE"] == "django.db.backends.sqlite3"
