@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import secrets
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -91,6 +92,26 @@ def admit(client: httpx.Client, run_id: str) -> None:
     response.raise_for_status()
 
 
+def timed(shares: list, open_client, feed) -> float:
+    """Seconds for every share to be fed, each on its own thread with its own client; the
+    clients are opened (and closed) outside the clock, so only the feeding is timed."""
+    ready = threading.Barrier(len(shares) + 1)
+    clock: dict[str, float] = {}
+
+    def worker(share):
+        with open_client() as client:
+            ready.wait()
+            feed(client, share)
+
+    with ThreadPoolExecutor(len(shares)) as pool:
+        futures = [pool.submit(worker, share) for share in shares]
+        ready.wait()
+        clock["start"] = time.perf_counter()
+        for future in futures:
+            future.result()
+        return time.perf_counter() - clock["start"]
+
+
 def console_round(bases: list[str], key: str, *, runs: int, batches: int, clients: int) -> float:
     """Events per second through HTTP (admission not timed); client i talks to server i % n."""
     bodies = [json.dumps({"events": batch}).encode() for batch in run_batches(batches)]
@@ -99,22 +120,21 @@ def console_round(bases: list[str], key: str, *, runs: int, batches: int, client
     with httpx.Client(base_url=bases[0], headers=headers, timeout=120) as client:
         for run_id in run_ids:
             admit(client, run_id)
+    servers = iter(range(clients))
 
-    def feed(share: tuple[int, list[str]]) -> None:
-        index, ids = share
-        base = bases[index % len(bases)]
-        with httpx.Client(base_url=base, headers=headers, timeout=120) as client:
-            for run_id in ids:
-                for body in bodies:
-                    response = client.post(f"/api/v1/runs/{run_id}/events", content=body)
-                    if response.status_code != 200:
-                        raise RuntimeError(f"{response.status_code}: {response.text[:500]}")
+    def open_client():
+        base = bases[next(servers) % len(bases)]
+        return httpx.Client(base_url=base, headers=headers, timeout=120)
 
-    shares = [(i, run_ids[i::clients]) for i in range(clients)]
-    started = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
-        list(pool.map(feed, shares))
-    return runs * batches * BATCH / (time.perf_counter() - started)
+    def feed(client, ids: list[str]) -> None:
+        for run_id in ids:
+            for body in bodies:
+                response = client.post(f"/api/v1/runs/{run_id}/events", content=body)
+                if response.status_code != 200:
+                    raise RuntimeError(f"{response.status_code}: {response.text[:500]}")
+
+    seconds = timed([run_ids[i::clients] for i in range(clients)], open_client, feed)
+    return runs * batches * BATCH / seconds
 
 
 def baseline_round(
@@ -139,19 +159,17 @@ def baseline_round(
         for run_id in run_ids
     }
 
-    def feed(ids: list[str]) -> None:
-        with psycopg.connect(dsn) as conn:
-            for run_id in ids:
-                for rows in rows_of[run_id]:
-                    with conn.cursor() as cur:
-                        cur.executemany(sql, rows)
-                    conn.commit()
+    def feed(conn, ids: list[str]) -> None:
+        for run_id in ids:
+            for rows in rows_of[run_id]:
+                with conn.cursor() as cur:
+                    cur.executemany(sql, rows)
+                conn.commit()
 
-    shares = [run_ids[i::clients] for i in range(clients)]
-    started = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
-        list(pool.map(feed, shares))
-    return runs * batches * BATCH / (time.perf_counter() - started)
+    seconds = timed(
+        [run_ids[i::clients] for i in range(clients)], lambda: psycopg.connect(dsn), feed
+    )
+    return runs * batches * BATCH / seconds
 
 
 def main() -> None:

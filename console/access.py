@@ -96,12 +96,15 @@ def runs_visible_to(*, viewer: Viewer) -> QuerySet:
     return Run.objects.filter(tenant_id=viewer.tenant_id).defer("snapshot")
 
 
-def run_in_tenant(*, tenant_id: int, run_id: str):
-    """The run with this wire id in this tenant, or NotFound. For writers (runtimes)."""
+def run_in_tenant(*, tenant_id: int, run_id: str, for_update: bool = False):
+    """The run with this wire id in this tenant, or NotFound. For writers (runtimes).
+    `for_update`: locked (the caller holds the transaction), with its tenant and principal."""
     from runs.models import Run
 
     # The latest RunState (up to the body limit) is read only by GET .../state: deferred.
     qs = Run.objects.filter(tenant_id=tenant_id, external_id=run_id).defer("snapshot")
+    if for_update:
+        qs = qs.select_for_update(of=("self",)).select_related("tenant", "principal")
     run = qs.first()
     if run is None:
         raise NotFound(f"no run '{run_id}'", code="run_not_found")

@@ -6,7 +6,7 @@ cursors (`decision_seq`) and commit in that order; the conditional UPDATE is wha
 single winner. A parent's mirrored approval and the parked child's call are decided together.
 """
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -171,19 +171,27 @@ def approvals_mark_delivered(*, run, approvals=None, announce: bool = True) -> l
     for the run): reviewers see "runtime resumed". `approvals`: only these (the long-poll
     passes what it answered with). Returns the ids newly marked.
 
-    One UPDATE (atomic by itself: no transaction block, two round trips fewer on the
-    long-poll's path). With `announce=False` the caller publishes the hint later through
+    One UPDATE ... RETURNING (atomic by itself: no transaction block, no read first; every
+    event batch runs it). With `announce=False` the caller publishes the hint later through
     `approvals_announce_delivered` (the long-poll does, once its answer is on its way)."""
-    qs = Approval.objects.filter(run=run, decided_at__isnull=False, delivered_at__isnull=True)
-    if approvals is None:
-        marked = list(qs.values_list("pk", "public_id"))
-    else:
-        marked = [(a.pk, a.public_id) for a in approvals]
-    if not marked or not qs.filter(pk__in=[pk for pk, _ in marked]).update(
-        delivered_at=timezone.now()
-    ):
+    if approvals is not None and not approvals:
         return []
-    ids = [public_id for _, public_id in marked]
+    quote = connection.ops.quote_name
+    table, pk = quote(Approval._meta.db_table), quote(Approval._meta.pk.column)
+    # Identifiers come from the model; every value is a parameter.
+    sql = (
+        f"UPDATE {table} SET delivered_at = %s WHERE run_id = %s "  # noqa: S608
+        "AND decided_at IS NOT NULL AND delivered_at IS NULL"
+    )
+    params = [timezone.now(), run.pk]
+    if approvals is not None:
+        sql += f" AND {pk} IN ({', '.join(['%s'] * len(approvals))})"
+        params += [a.pk for a in approvals]
+    with connection.cursor() as cursor:
+        cursor.execute(sql + " RETURNING public_id", params)
+        ids = [public_id for (public_id,) in cursor.fetchall()]
+    if not ids:
+        return []
     if announce:
         approvals_announce_delivered(run=run, approval_ids=ids)
     return ids

@@ -139,10 +139,12 @@ class RunWrites:
         if what:
             self.what.add(what)
 
-    # Steps are loaded once per unit; `preload_steps` fetches many in one query.
+    # Steps are loaded once per unit; `preload_steps` fetches many in one query. A run holds
+    # no step above `run.steps` (every writer of a step raises it), so those are not asked.
     def preload_steps(self, numbers) -> None:
         wanted = {n for n in numbers if n not in self.steps and n not in self._looked_up}
         self._looked_up |= wanted
+        wanted = {n for n in wanted if n <= self.run.steps}
         if wanted and self.run.pk:
             held = Step.objects.filter(run=self.run, number__in=wanted)
             for values in held.values(*STEP_COLUMNS):

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from approvals.services.decisions import approvals_mark_delivered
 from approvals.services.requests import approvals_request
-from console import realtime
+from console import access, realtime
 from console.errors import Conflict, Invalid
 from console.models import Tenant
 from runs import schemas as s
@@ -111,10 +111,11 @@ def _admission_adopt(*, run: Run, body: s.NewRunIn, wire: dict, principal) -> No
 
 
 @transaction.atomic
-def run_events_apply(*, run: Run, events: list) -> int:
-    """Apply a batch of validated events (runs.schemas.Event); returns the run's lastSeq."""
+def run_events_apply(*, tenant_id: int, run_id: str, events: list) -> int:
+    """Apply a batch of validated events (runs.schemas.Event) to the tenant's run `run_id`
+    (NotFound if it has none); returns the run's lastSeq."""
+    run = access.run_in_tenant(tenant_id=tenant_id, run_id=run_id, for_update=True)
     _check_contiguous(events)
-    run = _run_locked(tenant_id=run.tenant_id, run_id=run.external_id)
     if events[0].seq > run.last_seq + 1:
         raise Conflict(
             f"the batch starts at seq {events[0].seq} but the run holds up to {run.last_seq}",

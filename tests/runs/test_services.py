@@ -169,7 +169,9 @@ def test_the_same_batch_posted_twice_at_once_is_applied_once():
     def post():
         try:
             barrier.wait()
-            results.append(run_events_apply(run=run, events=batch))
+            results.append(
+                run_events_apply(tenant_id=tenant.pk, run_id=run.external_id, events=batch)
+            )
         finally:
             connection.close()
 
