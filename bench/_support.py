@@ -126,3 +126,43 @@ def median(values: list[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def cpu_seconds(pid: int, *, children: bool = False) -> float:
+    """CPU time (user + system) a process has used; with `children`, also that of its
+    children that have exited (PostgreSQL's backends, once their connections close)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_cpu_seconds() -> float | None:
+    """CPU time of the PostgreSQL server on this machine (its postmaster, every live backend
+    and every exited one), or None when it cannot be read (another host, another user)."""
+    total, postmaster = 0.0, False
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as comm:
+                if not comm.read().startswith("postgres"):
+                    continue
+            with open(f"/proc/{entry}/stat") as stat:
+                parent = stat.read().rsplit(")", 1)[1].split()[1]
+            is_postmaster = parent == "1" or _comm(parent) != "postgres"
+            total += cpu_seconds(int(entry), children=is_postmaster)
+            postmaster |= is_postmaster
+        except (OSError, ValueError, IndexError):
+            continue
+    return total if postmaster else None
+
+
+def _comm(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            return comm.read().strip()
+    except OSError:
+        return ""

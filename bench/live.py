@@ -48,12 +48,6 @@ def sign_in(base: str, username: str) -> str:
         return f"sessionid={client.cookies['sessionid']}"
 
 
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def socket(base: str, path: str, cookie: str):
     ws = await connect(
         base.replace("http://", "ws://") + path,
@@ -137,9 +131,9 @@ async def fan_out(base: str, api: httpx.AsyncClient, cookie: str, pid: int) -> d
     sockets = await asyncio.gather(*[open_one() for _ in range(CLIENTS)])
     connect_s = time.perf_counter() - opened
     await asyncio.sleep(2)
-    cpu0, wall0 = cpu_seconds(pid), time.monotonic()
+    cpu0, wall0 = support.cpu_seconds(pid), time.monotonic()
     await asyncio.sleep(IDLE_SECONDS)
-    idle = 100 * (cpu_seconds(pid) - cpu0) / (time.monotonic() - wall0)
+    idle = 100 * (support.cpu_seconds(pid) - cpu0) / (time.monotonic() - wall0)
     marker = f"fan-out {secrets.token_hex(4)}"
 
     async def wait_one(ws):

@@ -4,6 +4,7 @@ Handlers only translate between the wire (camelCase schemas) and services; domai
 exceptions (console.errors) mapped here, once.
 """
 
+import json
 import math
 from datetime import timedelta
 
@@ -13,6 +14,7 @@ from django.utils import timezone
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
+from ninja.parser import Parser
 from ninja.security import HttpBearer
 
 from console import access, ratelimit
@@ -84,7 +86,21 @@ class GavelAPI(NinjaAPI):
         return schema
 
 
+def _not_json(constant: str):
+    raise ValueError(f"{constant} is not JSON")
+
+
+class StrictJSONParser(Parser):
+    """JSON as RFC 8259 defines it. Python's parser also takes NaN and Infinity, which no
+    JSON column stores alike (PostgreSQL refuses them): a body with them does not parse, and
+    is answered 422 "not valid JSON" like any other."""
+
+    def parse_body(self, request):
+        return json.loads(request.body, parse_constant=_not_json)
+
+
 api = GavelAPI(
+    parser=StrictJSONParser(),
     title="Gavel API",
     version="1",
     description="The wire contract agent runtimes use: runs, events, states, outcomes, "

@@ -246,6 +246,18 @@ def test_a_body_that_is_not_json_is_422_after_the_404_check(ingest_a, admitted):
     assert RunEvent.objects.count() == 0
 
 
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_not_json_422_and_nothing_written(ingest_a, admitted, constant):
+    raw = (
+        '{"events": [{"seq": 1, "type": "tool.result", "step": 1, "toolCallId": "c",'
+        f' "toolName": "t", "isError": false, "result": {{"x": {constant}}}}}]}}'
+    )
+    response = ingest_a.post(events_url(), raw=raw)
+    assert response.status_code == 422
+    assert response.json()["error"]["details"] == [{"path": "body", "message": "not valid JSON"}]
+    assert RunEvent.objects.count() == 0
+
+
 def test_unknown_api_path_and_wrong_method_answer_json(ingest_a):
     response = ingest_a.get("/api/v1/nothing-here")
     assert response.status_code == 404
