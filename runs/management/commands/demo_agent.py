@@ -11,6 +11,7 @@ denial's message). `--runs 0` runs forever. The key defaults to var/demo-agent.k
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -137,7 +138,7 @@ class DemoRun:
         ev.message("assistant", "Let me look that up.", tool_calls=[_call(call_id, name, args)])
         self._verdicts()
         ev.tool_result(call_id, name, result)
-        ev.message("tool", str(result), tool_call_id=call_id)
+        ev.message("tool", json.dumps(result), tool_call_id=call_id)  # as runtimes send it
         ev.step_finished(self.usage(), finish_reason="tool_calls")
         self.todos(1)
         self.session.flush()
