@@ -672,3 +672,75 @@ def test_openapi_names_path_parameters_as_the_contract_does(client):
     assert not [p for p in schema["paths"] if "run_id" in p or "approval_id" in p]
     params = schema["paths"]["/api/v1/runs/{runId}"]["get"]["parameters"]
     assert [p["name"] for p in params if p["in"] == "path"] == ["runId"]
+
+
+def test_what_the_database_makes_from_the_log_is_exactly_what_was_sent(ingest_a, admitted):
+    """Messages, tool results and verdicts are made from the stored events: integers beyond
+    64 bits, explicit nulls, offsets other than UTC and both content shapes come out as sent,
+    and the same batch again changes nothing."""
+    from datetime import UTC, datetime
+
+    from runs.models import Message, ToolResult, Verdict
+
+    big = 2**70
+    parts = [{"type": "text", "text": "hi"}, {"type": "json", "value": {"n": big}}]
+    events = [
+        {"seq": 1, "type": "step.started", "step": 1, "agentId": "a", "model": "m"},
+        {
+            "seq": 2,
+            "type": "message",
+            "step": 1,
+            "at": "2026-12-02T12:00:00+02:00",
+            "message": {"role": "assistant", "content": parts, "toolCalls": None},
+        },
+        {
+            "seq": 3,
+            "type": "tool.result",
+            "step": 1,
+            "toolCallId": "c1",
+            "toolName": "lookup",
+            "result": {"id": big, "none": None},
+            "isError": True,
+        },
+        {"seq": 4, "type": "message", "step": 1, "message": {"role": "tool", "content": "{}"}},
+        {
+            "seq": 5,
+            "type": "tool.result",
+            "step": 1,
+            "toolCallId": "c2",
+            "toolName": "t",
+            "result": None,
+            "isError": False,
+        },  # fmt: skip
+        {
+            "seq": 6,
+            "type": "verdict",
+            "turn": "1:0",
+            "verdict": "flagged",
+            "guard": "g",
+            "reason": "r",
+        },  # fmt: skip
+    ]
+    assert post_events(ingest_a, events).status_code == 200
+    first, second = Message.objects.filter(run__external_id="run_1").order_by("position")
+    assert (first.position, first.step, first.role, first.content) == (0, 1, "assistant", parts)
+    assert first.tool_calls is None and first.tool_call_id is None
+    assert first.created_at == datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+    assert (second.position, second.content) == (1, "{}")
+    results = ToolResult.objects.filter(run__external_id="run_1").order_by("tool_call_id")
+    assert [(r.tool_call_id, r.result, r.is_error) for r in results] == [
+        ("c1", {"id": big, "none": None}, True),
+        ("c2", None, False),
+    ]
+    verdict = Verdict.objects.get(run__external_id="run_1")
+    assert (verdict.turn, verdict.verdict, verdict.guard, verdict.reason) == (
+        "1:0",
+        "flagged",
+        "g",
+        "r",
+    )
+    assert post_events(ingest_a, events).status_code == 200  # a replay: identical, no change
+    assert Message.objects.filter(run__external_id="run_1").count() == 2
+    more = [{"seq": 7, "type": "message", "step": 1, "message": {"role": "user", "content": "x"}}]
+    assert post_events(ingest_a, more).status_code == 200
+    assert Message.objects.get(run__external_id="run_1", content="x").position == 2
