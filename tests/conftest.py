@@ -25,6 +25,24 @@ def pytest_collection_modifyitems(config, items):
                 )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_session_left_on_the_test_database(django_db_setup, django_db_blocker):
+    """At the end, before the test database is dropped: with pooled connections, one still
+    checked out by some worker thread of the test process (a thread-sensitive executor, a
+    consumer's) keeps its session, and PostgreSQL refuses to drop a database in use."""
+    yield
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock():
+        connection.close_pool()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        connection.close()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_rate_limits():
     ratelimit.reset()
