@@ -292,10 +292,12 @@ def _rows_write(model, rows: list[dict], unique: tuple[str, ...] | None = None) 
         if unique is None:
             model.objects.bulk_create(objs)
         else:
-            updates = [f.name for f in given if f.attname not in unique]
-            names = [model._meta.get_field(a).name if a.endswith("_id") else a for a in unique]
+            name_of = {f.attname: f.name for f in fields}  # `run_id` -> `run`
             model.objects.bulk_create(
-                objs, update_conflicts=True, unique_fields=names, update_fields=updates
+                objs,
+                update_conflicts=True,
+                unique_fields=[name_of[a] for a in unique],
+                update_fields=[f.name for f in given if f.attname not in unique],
             )
         return
     quote = connection.ops.quote_name
