@@ -2,65 +2,29 @@
 (or a signed-in browser session with CSRF). Handlers only translate."""
 
 import asyncio
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from ninja import Field, Query, Router
-from ninja.security import APIKeyCookie
 from pydantic import ConfigDict
 from pydantic.alias_generators import to_camel
 
-from approvals.schemas import ApprovalOut, approval_resource
-from approvals.selectors import (
-    DECISION_RECHECK_SECONDS,
-    approvals_list,
-    decisions_answer,
+from approvals.schemas import (
+    ApprovalOut,
+    DecisionOut,
+    approval_resource,
     parse_cursor,
     parse_wait,
 )
+from approvals.selectors import approvals_list
 from approvals.services.decisions import UNSET, approval_decide, approvals_announce_delivered
+from approvals.services.delivery import DECISION_RECHECK_SECONDS, decisions_answer
 from console import access, realtime
-from console.api import decide_auth, ingest_auth_held
+from console.auth import browser_session, decide_auth, ingest_auth_held
 from console.db import released
-from console.errors import Forbidden
 from console.schemas import CamelSchema, errors
 
 router = Router(tags=["approvals"])
-
-
-class BrowserSession(APIKeyCookie):
-    """A signed-in browser (session cookie + CSRF) acting as its principal. Without a session
-    it steps aside (401 from the key auth); with one, a missing CSRF token is a 403."""
-
-    param_name = settings.SESSION_COOKIE_NAME
-
-    def _get_key(self, request):
-        if not request.user.is_authenticated:
-            return None
-        return super()._get_key(request)
-
-    def authenticate(self, request, key):
-        if key is None:
-            return None
-        principal = access.principal_for_user(request.user)
-        if principal is None:
-            raise Forbidden("this account is not an active principal of any tenant")
-        return principal
-
-
-browser_session = BrowserSession()
-
-
-class DecisionOut(CamelSchema):
-    approval_id: str
-    tool_call_id: str
-    decision: Literal["approved", "denied", "expired"]
-    message: str | None
-    arguments: Any
-    decided_by: str | None
-    decided_at: datetime
 
 
 class DecisionsOut(CamelSchema):
@@ -117,13 +81,11 @@ async def _wait_for_decisions(*, run, after, wait: float) -> dict:
             final = loop.time() >= deadline
             # Each read takes a connection and gives it back (to the pool): a held poll
             # holds none while it sleeps.
-            answer, until_expiry, marked = await released(decisions_answer)(
-                run=run, after=after, deliver=final
-            )
-            if answer is not None:
-                _announce_later(run=run, approval_ids=marked)
-                return answer
-            timeout = min(deadline - loop.time(), DECISION_RECHECK_SECONDS, until_expiry)
+            answer = await released(decisions_answer)(run=run, after=after, deliver=final)
+            if answer.body is not None:
+                _announce_later(run=run, approval_ids=answer.newly_delivered)
+                return answer.body
+            timeout = min(deadline - loop.time(), DECISION_RECHECK_SECONDS, answer.recheck_in)
             await woken.wait(max(0.0, timeout))
 
 

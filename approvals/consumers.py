@@ -3,19 +3,18 @@
 
 from __future__ import annotations
 
-from channels.db import database_sync_to_async
-
 from approvals import live, selectors
 from console import access, realtime
 from console.consumers import (
     RENDERS,
     LiveConsumer,
+    NavCountMixin,
     SharedResults,
     card_audience,
     nav_audience,
     nav_count_html,
+    query,
 )
-from runs.consumers import NavCountMixin, query
 
 FACTS = SharedResults(5.0)  # a run's principal and self-approval rule, per event
 
@@ -31,10 +30,6 @@ class InboxConsumer(NavCountMixin, LiveConsumer):
 
     def check_key(self):
         return (self.count_only, tuple(sorted(self.filters.items())))
-
-    async def send_state(self) -> None:
-        await self.push(await database_sync_to_async(nav_count_html)(self.viewer))
-        await self.control("hello")
 
     async def approvals_updated(self, message):
         if not self.first_time(message):

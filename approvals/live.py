@@ -7,7 +7,6 @@ renders the inbox's own partials; they run in a worker thread, once per event pe
 from __future__ import annotations
 
 from approvals import selectors
-from approvals.models import ApprovalStatus
 from console import access
 from console.consumers import delete, oob, wrap
 from console.errors import NotFound
@@ -22,14 +21,10 @@ def run_facts(*, viewer, run_id: str) -> tuple[int | None, bool]:
 def _shown(*, viewer, approval_ids, filters: dict) -> list:
     """The new calls this viewer's inbox (with these filters) lists: pending, not a parent's
     mirror, and (for one who decides) a call this viewer may decide."""
-    approvals = access.approvals_visible_to(viewer=viewer)
-    qs = selectors._filtered(approvals, filters).filter(
-        public_id__in=list(approval_ids), status=ApprovalStatus.PENDING, mirror_of__isnull=True
-    )
+    approvals = selectors.pending_calls(access.approvals_visible_to(viewer=viewer))
+    qs = selectors.inbox_filtered(approvals, filters).filter(public_id__in=list(approval_ids))
     rows = list(qs.select_related(*selectors.CARD_RELATED).order_by("position", "id"))
-    if not access.can(viewer, "decide"):
-        return rows
-    return [a for a in rows if access.decide_refusal(viewer, a) is None]
+    return selectors.inbox_shown(viewer=viewer, approvals=rows)
 
 
 def requested_html(*, viewer, approval_ids, filters: dict) -> str:

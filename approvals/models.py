@@ -17,6 +17,10 @@ class ApprovalStatus(models.TextChoices):
     CANCELLED = "cancelled"
 
 
+# The statuses a runtime reads as a decision (a cancelled call was never decided).
+DECIDED = (ApprovalStatus.APPROVED, ApprovalStatus.DENIED, ApprovalStatus.EXPIRED)
+
+
 def new_approval_id() -> str:
     return "apr_" + secrets.token_hex(12)
 

@@ -1,9 +1,12 @@
-"""The approval resource on the wire (shared by runs' pendingCalls and the approvals API)."""
+"""Approvals on the wire: the approval resource (shared by runs' pendingCalls and the approvals
+API), a decision as the runtime reads it (the long-poll and GET .../state), and the long-poll's
+query parameters."""
 
 from datetime import datetime
 from typing import Any, Literal
 
-from approvals.models import Approval
+from approvals.models import Approval, ApprovalStatus
+from console.errors import Invalid
 from console.schemas import CamelSchema
 
 ApprovalStatusLiteral = Literal["pending", "approved", "denied", "expired", "cancelled"]
@@ -50,3 +53,63 @@ def approval_resource(approval: Approval, *, run_id: str | None = None) -> dict:
         "requested_at": approval.requested_at,
         "expires_at": approval.expires_at,
     }
+
+
+class DecisionOut(CamelSchema):
+    approval_id: str
+    tool_call_id: str
+    decision: Literal["approved", "denied", "expired"]
+    message: str | None
+    arguments: Any
+    decided_by: str | None
+    decided_at: datetime
+
+
+def decision_wire(approval: Approval) -> dict:
+    """A decided approval as the runtime reads it (snake_case keys; DecisionOut maps them):
+    for a denial or expiry `message` is what the model reads, for an approval `arguments` are
+    the ones to run."""
+    return {
+        "approval_id": approval.public_id,
+        "tool_call_id": approval.tool_call_id,
+        "decision": approval.status,
+        "message": approval.message,
+        "arguments": approval.decided_arguments
+        if approval.status == ApprovalStatus.APPROVED
+        else None,
+        "decided_by": approval.decided_by.external_id if approval.decided_by_id else None,
+        "decided_at": approval.decided_at,
+    }
+
+
+MAX_WAIT_SECONDS = 30
+
+
+def parse_wait(raw: str | None) -> float:
+    """`wait=S`: how long a long-poll may hold, 0 <= S <= 30 seconds (absent: 0)."""
+    if raw is None or raw == "":
+        return 0.0
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= MAX_WAIT_SECONDS:  # NaN fails this too
+        raise Invalid(
+            f"wait must be a number of seconds from 0 to {MAX_WAIT_SECONDS}",
+            code="validation_error",
+            details=[{"path": "query.wait", "message": f"must be 0..{MAX_WAIT_SECONDS}"}],
+        )
+    return seconds
+
+
+def parse_cursor(raw: str | None) -> int | None:
+    """`after=` / `cursor=`: an opaque cursor from an earlier answer (`0`: from the start)."""
+    if raw is None:
+        return None
+    if not raw.isdigit() or len(raw) > 18:
+        raise Invalid(
+            "after must be a cursor from an earlier answer, or 0",
+            code="validation_error",
+            details=[{"path": "query.after", "message": "not a cursor"}],
+        )
+    return int(raw)

@@ -14,9 +14,10 @@ import re
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
+from approvals.schemas import approval_resource, parse_cursor
 from approvals.services.expiry import approvals_expire_due
 from console import access
-from console.errors import Forbidden, Invalid
+from console.errors import Forbidden
 
 SECRET_KEY_RE = re.compile(
     r"(pass(word|wd|phrase)?|secret|token|api[-_]?key|auth|credential|private[-_]?key|cookie"
@@ -133,7 +134,21 @@ def approval_card_context(*, approval, viewer, notice: str | None = None) -> dic
     return {"card": _card(approval, viewer, refusal=_refusal(viewer, approval), notice=notice)}
 
 
-def _filtered(qs, filters: dict):
+def pending_calls(approvals):
+    """The pending calls among these, as reviewers count them: a parent's mirror of a parked
+    child's call is the same call and is listed once (as the child's)."""
+    return approvals.filter(status=ApprovalStatus.PENDING, mirror_of__isnull=True)
+
+
+def inbox_shown(*, viewer, approvals: list[Approval]) -> list[Approval]:
+    """Which of these pending calls the viewer's inbox lists: the ones it may decide (a viewer
+    without the decide capability sees every pending call, read-only)."""
+    if not access.can(viewer, "decide"):
+        return approvals
+    return [a for a in approvals if access.decide_refusal(viewer, a) is None]
+
+
+def inbox_filtered(qs, filters: dict):
     lookups = {
         "tool": "tool_name",
         "agent": "run__agent__external_id",
@@ -147,17 +162,25 @@ def _filtered(qs, filters: dict):
     return qs
 
 
+def nav_pending_count_context(*, viewer) -> dict:
+    """`base.html#nav-pending-count`: the calls pending a human in the viewer's tenant
+    (counted as the inbox counts them)."""
+    try:
+        approvals = access.approvals_visible_to(viewer=viewer)
+    except Forbidden:
+        return {"nav_pending_count": 0}
+    return {"nav_pending_count": pending_calls(approvals).count()}
+
+
 def inbox_pending(*, viewer, filters: dict | None = None) -> list[Approval]:
     """Pending calls for this viewer, oldest first: the ones it may decide (a viewer without
     the decide capability sees every pending call, read-only). A parent's mirror of a parked
     child's call is the same call and is listed once (as the child's)."""
     approvals = access.approvals_visible_to(viewer=viewer)
     approvals_expire_due(tenant_id=viewer.tenant_id)
-    qs = _filtered(approvals, filters).filter(status=ApprovalStatus.PENDING, mirror_of__isnull=True)
+    qs = pending_calls(inbox_filtered(approvals, filters))
     rows = list(qs.select_related(*CARD_RELATED).order_by("requested_at", "position", "id"))
-    if not access.can(viewer, "decide"):
-        return rows
-    return [a for a in rows if access.decide_refusal(viewer, a) is None]
+    return inbox_shown(viewer=viewer, approvals=rows)
 
 
 def inbox_for(*, viewer, filters: dict | None = None) -> list[dict]:
@@ -213,8 +236,7 @@ def inbox_filter_choices(*, viewer, filters: dict | None = None) -> list[dict]:
 
 def step_pending_for(*, viewer, run, step) -> list[Approval]:
     """The step's pending calls this viewer may decide (for a bulk decision)."""
-    approvals = access.approvals_visible_to(viewer=viewer)
-    qs = approvals.filter(run=run, step=step, status=ApprovalStatus.PENDING, mirror_of__isnull=True)
+    qs = pending_calls(access.approvals_visible_to(viewer=viewer)).filter(run=run, step=step)
     rows = list(qs.select_related(*CARD_RELATED).order_by("position", "id"))
     return [a for a in rows if access.decide_refusal(viewer, a) is None]
 
@@ -227,104 +249,6 @@ def approvals_reloaded(*, approvals) -> list[Approval]:
 
 
 # ---- For runtimes and bots (the API) --------------------------------------------------------
-
-DECISION_RECHECK_SECONDS = 0.5  # the long-poll re-reads the database this often (lost wakes)
-DECIDED = (ApprovalStatus.APPROVED, ApprovalStatus.DENIED, ApprovalStatus.EXPIRED)
-
-
-MAX_WAIT_SECONDS = 30
-
-
-def parse_wait(raw: str | None) -> float:
-    """`wait=S`: how long a long-poll may hold, 0 <= S <= 30 seconds (absent: 0)."""
-    if raw is None or raw == "":
-        return 0.0
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= MAX_WAIT_SECONDS:  # NaN fails this too
-        raise Invalid(
-            f"wait must be a number of seconds from 0 to {MAX_WAIT_SECONDS}",
-            code="validation_error",
-            details=[{"path": "query.wait", "message": f"must be 0..{MAX_WAIT_SECONDS}"}],
-        )
-    return seconds
-
-
-def parse_cursor(raw: str | None) -> int | None:
-    """`after=`: an opaque cursor from an earlier answer (`0`: from the beginning)."""
-    if raw is None:
-        return None
-    if not raw.isdigit() or len(raw) > 18:
-        raise Invalid(
-            "after must be a cursor from an earlier answer, or 0",
-            code="validation_error",
-            details=[{"path": "query.after", "message": "not a cursor"}],
-        )
-    return int(raw)
-
-
-def _decision(approval) -> dict:
-    return {
-        "approval_id": approval.public_id,
-        "tool_call_id": approval.tool_call_id,
-        "decision": approval.status,
-        "message": approval.message,
-        "arguments": approval.decided_arguments
-        if approval.status == ApprovalStatus.APPROVED
-        else None,
-        "decided_by": approval.decided_by.external_id if approval.decided_by_id else None,
-        "decided_at": approval.decided_at,
-    }
-
-
-def _calls_of(run) -> list[Approval]:
-    return list(
-        Approval.objects.filter(run=run).select_related("decided_by").order_by("position", "id")
-    )
-
-
-def _seconds_until(moment) -> float:
-    if moment is None:
-        return 3600.0
-    return max(0.0, (moment - timezone.now()).total_seconds()) + 0.01
-
-
-def decisions_answer(*, run, after: int | None, deliver: bool) -> tuple[dict | None, float, list]:
-    """The long-poll's answer, or None while it should keep waiting (nothing new and calls
-    still pending) unless `deliver` (the wait is over); the seconds until the run's next
-    expiry (when a waiting poll should look again); and the ids newly marked delivered, whose
-    live hint the caller sends once the answer is on its way. One read of the run's calls
-    (a consistent snapshot: the cursor never runs ahead of the decisions answered).
-    Answering marks the answered decisions delivered: the runtime's pickup, which reviewers
-    see."""
-    from approvals.services.decisions import approvals_mark_delivered
-
-    calls = _calls_of(run)
-    now = timezone.now()
-    if any(c.status == ApprovalStatus.PENDING and c.expires_at <= now for c in calls):
-        approvals_expire_due(run=run, now=now)
-        calls = _calls_of(run)
-    top = max((c.decision_seq or 0 for c in calls), default=0)
-    decided = [c for c in calls if c.status in DECIDED and c.decision_seq]
-    if after is None:
-        decided = [c for c in decided if c.delivered_at is None]
-    else:
-        decided = [c for c in decided if c.decision_seq > after]
-    decided.sort(key=lambda c: c.decision_seq)
-    pending = [c for c in calls if c.status == ApprovalStatus.PENDING]
-    if not decided and pending and not deliver:
-        return None, _seconds_until(min(c.expires_at for c in pending)), []
-    fresh = [c for c in decided if not c.delivered_at]
-    marked = approvals_mark_delivered(run=run, approvals=fresh, announce=False)
-    answer = {
-        "complete": not pending,
-        "decisions": [_decision(c) for c in decided],
-        "pending": [c.tool_call_id for c in pending],
-        "cursor": str(max(top, after or 0)),
-    }
-    return answer, 0.0, marked
 
 
 def approvals_list(*, viewer, status=None, run_id=None, limit=50, cursor=None) -> dict:
@@ -341,8 +265,6 @@ def approvals_list(*, viewer, status=None, run_id=None, limit=50, cursor=None) -
     rows = list(qs.order_by("pk")[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
-    from approvals.schemas import approval_resource
-
     return {
         "items": [approval_resource(a) for a in rows],
         "next_cursor": str(rows[-1].pk) if more else None,

@@ -11,8 +11,10 @@ from fnmatch import fnmatchcase
 
 from django.db.models import QuerySet
 
+from approvals.models import Approval
 from console.errors import Forbidden, NotFound
-from console.models import ApiKey, Principal
+from console.models import CAPABILITIES, ApiKey, Principal
+from runs.models import Run
 
 Viewer = Principal | ApiKey
 
@@ -47,8 +49,6 @@ def capabilities_of(principal: Principal) -> set[str]:
     for role in _roles(principal):
         caps.update(role.capabilities)
     if "admin" in caps:
-        from console.models import CAPABILITIES
-
         caps.update(CAPABILITIES)
     return caps
 
@@ -90,31 +90,40 @@ def require(viewer: Viewer, capability: str) -> None:
 
 
 def runs_visible_to(*, viewer: Viewer) -> QuerySet:
-    from runs.models import Run
-
     require(viewer, "view_runs")
     return Run.objects.filter(tenant_id=viewer.tenant_id).defer("snapshot")
 
 
-def run_in_tenant(*, tenant_id: int, run_id: str, for_update: bool = False):
-    """The run with this wire id in this tenant, or NotFound. For writers (runtimes).
-    `for_update`: locked (the caller holds the transaction), with its tenant and principal."""
-    from runs.models import Run
+def run_locked(
+    *, tenant_id: int, run_id: str, related=("tenant", "principal"), defer=("snapshot",)
+) -> Run | None:
+    """The run with this wire id in this tenant with its row locked (the row only, not its
+    tenant's or principal's; the caller holds the transaction), or None. For writers. The
+    latest RunState (up to the body limit) is read only by GET .../state: deferred."""
+    qs = Run.objects.filter(tenant_id=tenant_id, external_id=run_id).defer(*defer)
+    return qs.select_for_update(of=("self",)).select_related(*related).first()
 
-    # The latest RunState (up to the body limit) is read only by GET .../state: deferred.
-    qs = Run.objects.filter(tenant_id=tenant_id, external_id=run_id).defer("snapshot")
+
+def run_in_tenant(*, tenant_id: int, run_id: str, for_update: bool = False) -> Run:
+    """The run with this wire id in this tenant, or NotFound. For writers (runtimes).
+    `for_update`: locked (run_locked), with its tenant and principal."""
     if for_update:
-        qs = qs.select_for_update(of=("self",)).select_related("tenant", "principal")
-    run = qs.first()
+        run = run_locked(tenant_id=tenant_id, run_id=run_id)
+    else:
+        run = Run.objects.filter(tenant_id=tenant_id, external_id=run_id).defer("snapshot").first()
     if run is None:
         raise NotFound(f"no run '{run_id}'", code="run_not_found")
     return run
 
 
+def approval_in_tenant(*, tenant_id: int, approval_id: str) -> None:
+    """NotFound unless this tenant holds an approval with this id (the API's 404 check)."""
+    if not Approval.objects.filter(tenant_id=tenant_id, public_id=approval_id).exists():
+        raise NotFound(f"no approval '{approval_id}'", code="approval_not_found")
+
+
 def run_for(*, viewer: Viewer, run_id: str, for_update: bool = False):
     """The run a viewer asks for: NotFound outside its tenant, Forbidden without view_runs."""
-    from runs.models import Run
-
     qs = Run.objects.filter(tenant_id=viewer.tenant_id, external_id=run_id).defer("snapshot")
     if for_update:
         qs = qs.select_for_update()
@@ -126,16 +135,12 @@ def run_for(*, viewer: Viewer, run_id: str, for_update: bool = False):
 
 
 def approvals_visible_to(*, viewer: Viewer) -> QuerySet:
-    from approvals.models import Approval
-
     if not (can(viewer, "view_runs") or can(viewer, "decide")):
         raise Forbidden("you may not view approvals")
     return Approval.objects.filter(tenant_id=viewer.tenant_id)
 
 
 def approval_for(*, viewer: Viewer, approval_id: str):
-    from approvals.models import Approval
-
     approval = (
         Approval.objects.select_related("run")
         .filter(tenant_id=viewer.tenant_id, public_id=approval_id)
@@ -177,8 +182,6 @@ def may_decide(viewer: Viewer, approval) -> None:
 
 def approval_for_decider(*, viewer: Viewer, approval_id: str):
     """The approval a decider asks for: NotFound outside its tenant, Forbidden if it may not."""
-    from approvals.models import Approval
-
     approval = (
         Approval.objects.select_related("run", "run__tenant")
         .filter(tenant_id=viewer.tenant_id, public_id=approval_id)

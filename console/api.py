@@ -1,69 +1,25 @@
-"""The one public API (`/api/v1/`): auth, the contract's error body, and the routers of the apps.
+"""The one public API (`/api/v1/`): the contract's error body and the routers of the apps
+(who is calling: console/auth.py).
 
 Handlers only translate between the wire (camelCase schemas) and services; domain errors are
 exceptions (console.errors) mapped here, once.
 """
 
 import json
-import math
-from datetime import timedelta
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
-from django.utils import timezone
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
-from ninja.security import HttpBearer
 
-from console import access, ratelimit
-from console.db import released
-from console.errors import GavelError, NotFound, RateLimited
-from console.models import ApiKey
-
-LAST_USED_RESOLUTION = timedelta(seconds=60)
-
-
-class KeyAuth(HttpBearer):
-    """`Authorization: Bearer <key>` → the ApiKey (request.auth), checked for one scope.
-
-    Order of checks (the contract): 401 for no/bad/revoked key, then 403 for a missing scope.
-    """
-
-    def __init__(self, scope: str):
-        super().__init__()
-        self.scope = scope
-
-    def authenticate(self, request, token):
-        key = ApiKey.objects.for_raw_key(token)
-        if key is None:
-            return None
-        access.require_scope(key, self.scope)
-        wait = ratelimit.take(key.pk, per_minute=key.rate_per_minute, burst=key.rate_burst)
-        if wait:
-            raise RateLimited("rate limit exceeded for this key", retry_after=math.ceil(wait))
-        now = timezone.now()
-        if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
-            ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
-        return key
-
-
-class HeldKeyAuth(KeyAuth):
-    """The key check of an async operation that holds its request (the decisions long-poll).
-    The lookup takes a database connection and gives it back (to the pool) at once, instead
-    of keeping it through the request's thread for the whole wait. Only for async operations:
-    ninja awaits it there (`is_async`)."""
-
-    is_async = True
-
-    async def __call__(self, request):
-        return await released(KeyAuth.__call__)(self, request)
-
-
-ingest_auth = KeyAuth("ingest")
-decide_auth = KeyAuth("decide")
-ingest_auth_held = HeldKeyAuth("ingest")
+from approvals.api import router as approvals_router
+from console import access
+from console.errors import GavelError
+from runs.api import router as runs_router
+from runs.api_state import router as runs_state_router
 
 # Path parameters are snake_case in Python (`run_id`) and camelCase in the contract (`runId`).
 WIRE_PATH_PARAMS = {"run_id": "runId", "approval_id": "approvalId"}
@@ -134,12 +90,7 @@ def _check_path_objects(request) -> None:
     if "run_id" in kwargs and request.method != "PUT":  # PUT .../state may create the run
         access.run_in_tenant(tenant_id=tenant_id, run_id=kwargs["run_id"])
     if "approval_id" in kwargs:
-        from approvals.models import Approval
-
-        if not Approval.objects.filter(
-            tenant_id=tenant_id, public_id=kwargs["approval_id"]
-        ).exists():
-            raise NotFound(f"no approval '{kwargs['approval_id']}'", code="approval_not_found")
+        access.approval_in_tenant(tenant_id=tenant_id, approval_id=kwargs["approval_id"])
 
 
 def _field_path(loc) -> str:
@@ -180,8 +131,6 @@ def on_too_big(request, exc):
         _check_path_objects(request)
     except GavelError as err:
         return on_gavel_error(request, err)
-    from django.conf import settings
-
     limit = settings.GAVEL_MAX_BODY_BYTES
     return error_response(
         request,
@@ -234,9 +183,6 @@ def on_database_down(request, exc):
     )
 
 
-from approvals.api import router as approvals_router  # noqa: E402
-from runs.api import router as runs_router  # noqa: E402
-
 api.add_router("/", runs_router)
-api.add_router("/", "runs.api_state.router")  # states and outcomes
+api.add_router("/", runs_state_router)  # states and outcomes
 api.add_router("/", approvals_router)

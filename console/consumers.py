@@ -22,6 +22,7 @@ import time
 import weakref
 from collections import OrderedDict
 from importlib import import_module
+from urllib.parse import parse_qs
 
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
@@ -29,6 +30,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.template.loader import render_to_string
 
+from approvals.selectors import nav_pending_count_context
 from console import access, realtime
 from console.errors import Forbidden, NotFound
 
@@ -108,8 +110,6 @@ def delete(selector: str) -> str:
 
 
 def nav_count_html(viewer) -> str:
-    from runs.selectors_pages import nav_pending_count_context
-
     return oob("base.html#nav-pending-count", nav_pending_count_context(viewer=viewer))
 
 
@@ -294,3 +294,22 @@ class LiveConsumer(AsyncWebsocketConsumer):
             return None
         access.roles_key(self.viewer)  # loads the roles here, in the worker thread
         return self.viewer
+
+
+def query(scope) -> dict[str, str]:
+    """A socket's query string as a dict (the last value of each name)."""
+    raw = parse_qs(scope.get("query_string", b"").decode(errors="replace"))
+    return {key: values[-1] for key, values in raw.items()}
+
+
+class NavCountMixin:
+    """A socket that also keeps the navigation's pending count current (it listens to the
+    tenant's inbox): the count and `hello` on subscribe, the count again on every change."""
+
+    async def send_state(self) -> None:
+        await self.push(await database_sync_to_async(nav_count_html)(self.viewer))
+        await self.control("hello")
+
+    async def nav_count(self, message):
+        key = (message.get("id"), "nav", nav_audience(self.viewer))
+        await self.push(await RENDERS.get(key, nav_count_html, self.viewer))

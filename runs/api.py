@@ -2,7 +2,7 @@
 
 from ninja import Query, Router, Status
 
-from console.api import ingest_auth
+from console.auth import ingest_auth
 from console.schemas import errors
 from runs import schemas as s
 from runs.selectors import run_get, run_resource, runs_list

@@ -7,7 +7,7 @@ from ninja import Router, Status
 from pydantic import SkipValidation
 
 from console import access
-from console.api import ingest_auth
+from console.auth import ingest_auth
 from console.schemas import errors
 from runs import schemas as s
 from runs.schemas_state import RunOutcomeIn, RunStateIn, RunStateOut

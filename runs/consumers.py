@@ -5,33 +5,20 @@ Both also keep the navigation's pending count current (they listen to the tenant
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs
-
-from channels.db import database_sync_to_async
-
 from console import access, realtime
 from console.consumers import (
     RENDERS,
     LiveConsumer,
+    NavCountMixin,
     SharedResults,
     card_audience,
     nav_audience,
     nav_count_html,
+    query,
 )
 from runs import live
 
 STATES = SharedResults(1.0)  # the state sent on subscribe: shared for a second at most
-
-
-def query(scope) -> dict[str, str]:
-    raw = parse_qs(scope.get("query_string", b"").decode(errors="replace"))
-    return {key: values[-1] for key, values in raw.items()}
-
-
-class NavCountMixin:
-    async def nav_count(self, message):
-        key = (message.get("id"), "nav", nav_audience(self.viewer))
-        await self.push(await RENDERS.get(key, nav_count_html, self.viewer))
 
 
 class RunConsumer(NavCountMixin, LiveConsumer):
@@ -133,10 +120,6 @@ class RunListConsumer(NavCountMixin, LiveConsumer):
         self.inserts = not any(params.get(name) for name in LIST_FILTERS)
         tenant_id = self.viewer.tenant_id
         return [realtime.runlist_group(tenant_id), realtime.inbox_group(tenant_id)]
-
-    async def send_state(self) -> None:
-        await self.push(await database_sync_to_async(nav_count_html)(self.viewer))
-        await self.control("hello")
 
     async def run_updated(self, message):
         if not self.first_time(message):

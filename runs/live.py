@@ -8,6 +8,7 @@ share the result between their sockets).
 
 from __future__ import annotations
 
+from approvals.live import cards_html
 from console.consumers import delete, nav_count_html, oob, wrap
 from console.errors import NotFound
 from runs import selectors_pages as pages
@@ -109,8 +110,6 @@ def run_approvals_html(*, viewer, run_id: str, approval_ids, change: str) -> str
     """Held calls of the run changed: a new or cancelled set re-renders the run's whole list;
     a decision, expiry, pickup or extension re-renders just those cards (a reviewer typing a
     message in another card keeps it)."""
-    from approvals.live import cards_html
-
     if change in ("requested", "cancelled"):
         run = pages.run_page_run(viewer=viewer, run_id=run_id)
         return _part(viewer, run, "run-approvals")

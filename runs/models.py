@@ -256,3 +256,24 @@ class UsageDaily(models.Model):
             )
         ]
         indexes = [models.Index(fields=["tenant", "day"], name="usagedaily_tenant_day")]
+
+
+# --- what `Run.snapshot` holds (written by runs/services/snapshots.py) ---
+
+
+def snapshot_envelope(run: Run) -> dict:
+    """What `run.snapshot` holds: the latest state, the lastSeq it was stored at, and the
+    digests of the outcomes applied (runs/services/snapshots.py writes it)."""
+    held = run.snapshot if isinstance(run.snapshot, dict) else {}
+    return {
+        "state": held.get("state"),
+        "lastSeq": held.get("lastSeq", 0),
+        "outcomes": list(held.get("outcomes", [])),
+    }
+
+
+def snapshot_current_state(run: Run) -> dict | None:
+    envelope = snapshot_envelope(run)
+    if envelope["state"] is not None and envelope["lastSeq"] == run.last_seq:
+        return envelope["state"]
+    return None

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, StringConstraints
 
+from approvals.schemas import DecisionOut
 from runs.schemas import (
     Count,
     In,
@@ -121,18 +122,6 @@ class RunStateIn(In):
         exclude=True,
         description="output only (GET): ignored on PUT, so a state read back can be written back",
     )
-
-
-class DecisionOut(In):
-    """A decided call, in the decisions long-poll's shape."""
-
-    approval_id: str
-    tool_call_id: str
-    decision: Literal["approved", "denied", "expired"]
-    message: str | None
-    arguments: Any
-    decided_by: str | None
-    decided_at: datetime | None
 
 
 class PendingSubRunOut(In):

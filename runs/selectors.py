@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
 from approvals.schemas import approval_resource
+from approvals.services.expiry import approvals_expire_due
 from console import access
 from console.errors import Invalid
 from runs.models import Run
@@ -56,8 +57,6 @@ def run_resource(*, run: Run, pending: list[Approval] | None = None) -> dict:
 
 def _pending_of(run_pks: list[int]) -> dict[int, list[Approval]]:
     """The runs' pending calls; one past its expiry is expired, never reported pending."""
-    from approvals.services.expiry import approvals_expire_due
-
     now = timezone.now()
     by_run: dict[int, list[Approval]] = defaultdict(list)
     due: list[int] = []

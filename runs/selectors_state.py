@@ -12,31 +12,12 @@ from datetime import UTC, datetime
 
 from pydantic.alias_generators import to_camel
 
-from approvals.models import Approval, ApprovalStatus
-from approvals.selectors import _decision as long_poll_decision
+from approvals.models import DECIDED, Approval, ApprovalStatus
+from approvals.schemas import decision_wire
 from approvals.services.expiry import approvals_expire_due
-from runs.models import Handoff, Run, RunStatus
+from runs.models import Handoff, Run, RunStatus, snapshot_current_state
 
-DECIDED = (ApprovalStatus.APPROVED, ApprovalStatus.DENIED, ApprovalStatus.EXPIRED)
 STATUS_TO_STATE = {RunStatus.DONE: "completed"}
-
-
-def snapshot_envelope(run: Run) -> dict:
-    """What `run.snapshot` holds: the latest state, the lastSeq it was stored at, and the
-    digests of the outcomes applied (runs/services/snapshots.py writes it)."""
-    held = run.snapshot if isinstance(run.snapshot, dict) else {}
-    return {
-        "state": held.get("state"),
-        "lastSeq": held.get("lastSeq", 0),
-        "outcomes": list(held.get("outcomes", [])),
-    }
-
-
-def snapshot_current_state(run: Run) -> dict | None:
-    envelope = snapshot_envelope(run)
-    if envelope["state"] is not None and envelope["lastSeq"] == run.last_seq:
-        return envelope["state"]
-    return None
 
 
 def run_state_render(*, run: Run) -> dict:
@@ -50,8 +31,8 @@ def run_state_render(*, run: Run) -> dict:
 
 
 def decision_item(approval: Approval) -> dict:
-    """A decided approval in the long-poll's shape (approvals/selectors.py makes it)."""
-    return {to_camel(key): value for key, value in long_poll_decision(approval).items()}
+    """A decided approval in the long-poll's shape (approvals.schemas.decision_wire)."""
+    return {to_camel(key): value for key, value in decision_wire(approval).items()}
 
 
 def _decision_order(approval: Approval):

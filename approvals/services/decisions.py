@@ -1,99 +1,21 @@
-"""Deciding held tool calls: exactly one decision wins.
-
-A decision is one conditional UPDATE (`status='pending'` → decided) plus its AuditEvent, in one
-transaction. The run's row is locked first so that a run's decisions get gap-free, ordered
-cursors (`decision_seq`) and commit in that order; the conditional UPDATE is what picks the
-single winner. A parent's mirrored approval and the parked child's call are decided together.
+"""Deciding held tool calls as a reviewer or a `decide` key: validation, the lost race's 409,
+extending a call's time to live, and the runtime's pickup ("delivered"). Exactly one decision
+wins; the single writer is approvals/services/settle.py.
 """
 
 from django.db import connection, transaction
-from django.db.models import Max
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
+from approvals.services.expiry import approvals_expire_due
+from approvals.services.settle import approval_settle
 from console import access, realtime
 from console.errors import Conflict, Invalid
 from console.models import ApiKey, Principal
 from console.services import audit
-from runs.models import Run
 
 DECISIONS = {"approve": ApprovalStatus.APPROVED, "deny": ApprovalStatus.DENIED}
 UNSET = object()
-
-
-def _mirror_targets(approval: Approval) -> list[Approval]:
-    """The approvals decided together with this one (a parent's mirror ↔ the child's call, at
-    any depth): runs.services.snapshots knows the pairing."""
-    from runs.services.snapshots import approval_mirror_targets  # imports approvals' models
-
-    return [a for a in approval_mirror_targets(approval) if a.pk != approval.pk]
-
-
-def _lock_runs(run_ids) -> None:
-    """Lock the runs' rows in primary-key order (no deadlock with ingest, which locks runs)."""
-    list(Run.objects.select_for_update().filter(pk__in=sorted(set(run_ids))).values_list("pk"))
-
-
-def _next_decision_seq(run_id: int) -> int:
-    current = Approval.objects.filter(run_id=run_id).aggregate(m=Max("decision_seq"))["m"]
-    return (current or 0) + 1
-
-
-def _settle_one(approval, *, status, message, arguments, principal, key, now, action) -> bool:
-    """The conditional UPDATE and its audit row. True when this call won."""
-    fields = {
-        "status": status,
-        "decided_by": principal,
-        "decided_via_key": key,
-        "decided_at": now,
-        "message": message,
-        "decided_arguments": arguments,
-        "decision_seq": _next_decision_seq(approval.run_id),
-    }
-    pending = Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING)
-    if status == ApprovalStatus.EXPIRED:
-        pending = pending.filter(expires_at__lte=now)  # not one extended meanwhile
-    else:
-        pending = pending.filter(expires_at__gt=now)  # never approve past expiry
-    if pending.update(**fields) != 1:
-        return False
-    audit(
-        tenant=approval.run.tenant,
-        action=action,
-        object_type="approval",
-        object_id=approval.public_id,
-        principal=principal,
-        key=key,
-        data={
-            "runId": approval.run.external_id,
-            "toolCallId": approval.tool_call_id,
-            "toolName": approval.tool_name,
-            "status": status,
-            "message": message,
-            "argumentsEdited": arguments is not None and arguments != approval.arguments,
-        },
-    )
-    realtime.approvals_changed(run=approval.run, approval_ids=[approval.public_id], change=status)
-    from approvals.services.webhooks import webhooks_approval_decided
-
-    webhooks_approval_decided(approval_id=approval.pk)
-    return True
-
-
-def approval_settle(
-    *, approval, status, message, arguments, principal=None, key=None, action
-) -> bool:
-    """Decide an approval and its mirrors in one transaction. True when this call won."""
-    now = timezone.now()
-    with transaction.atomic():
-        targets = _mirror_targets(approval)
-        _lock_runs([approval.run_id] + [t.run_id for t in targets])
-        common = {"status": status, "principal": principal, "key": key, "now": now}
-        if not _settle_one(approval, message=message, arguments=arguments, action=action, **common):
-            return False
-        for target in targets:
-            _settle_one(target, message=message, arguments=arguments, action=action, **common)
-    return True
 
 
 def _validate(approval, decision, message, arguments):
@@ -145,8 +67,6 @@ def approval_decide(*, approval, viewer, decision, message=None, arguments=UNSET
     """
     access.may_decide(viewer, approval)
     _validate(approval, decision, message, arguments)
-    from approvals.services.expiry import approvals_expire_due
-
     approvals_expire_due(approval_ids=[approval.pk])  # past expiry: it is expired, not open
     status, message, arguments = _outcome(approval, decision, message, arguments)
     key = viewer if isinstance(viewer, ApiKey) else None

@@ -12,7 +12,7 @@ rest (e.g. the inbox's nav count for runs whose runtime is not polling).
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
-from approvals.services.decisions import approval_settle
+from approvals.services.settle import approval_settle
 
 
 def _due(*, now, run=None, tenant_id=None, approval_ids=None):

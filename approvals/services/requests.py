@@ -10,9 +10,11 @@ from django.db.models import Max
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
+from approvals.services.settle import approval_mirror_targets
+from approvals.services.webhooks import webhooks_approval_requested
 from console import realtime
 from console.errors import Conflict
-from runs.models import Run, RunStatus
+from runs.models import Run
 
 
 @transaction.atomic
@@ -22,17 +24,14 @@ def approvals_request(
     step: int | None,
     calls: list[dict],
     requested_at: datetime | None = None,
-    writes=None,
 ) -> list[Approval]:
-    """Each call becomes a pending Approval, in request order; the run awaits approval.
+    """Each call becomes a pending Approval, in request order. The caller owns the run (it
+    sets the run's status: runs.services.common.calls_hold).
 
     A call is a dict of tool_call_id, tool_name, arguments, reason, rejection_message and
     optional sub_run_tool_call_id / expires_at (default: the tenant's approval time to live).
     A tool call id the run already holds is a Conflict.
     """
-    from approvals.services.webhooks import webhooks_approval_requested
-    from runs.services.common import run_status_set
-
     ids = [c["tool_call_id"] for c in calls]
     held = list(
         Approval.objects.filter(run=run, tool_call_id__in=ids).values("tool_call_id", "status")
@@ -67,21 +66,45 @@ def approvals_request(
     ]
     Approval.objects.bulk_create(rows)
     webhooks_approval_requested(approvals=rows)
-    run_status_set(run=run, status=RunStatus.AWAITING_APPROVAL, writes=writes)
-    if writes is not None:
-        writes.what.add("approvals")
     realtime.approvals_changed(
         run=run, approval_ids=[r.public_id for r in rows], change="requested"
     )
     return rows
 
 
+def _cancel(pending) -> list[Approval]:
+    """Cancel these pending approvals; each run's live pages are told once."""
+    cancelled = list(pending.select_related("run", "run__tenant"))
+    if not cancelled:
+        return []
+    Approval.objects.filter(pk__in=[a.pk for a in cancelled]).update(
+        status=ApprovalStatus.CANCELLED
+    )
+    by_run: dict[int, list[Approval]] = {}
+    for approval in cancelled:
+        by_run.setdefault(approval.run_id, []).append(approval)
+    for rows in by_run.values():
+        realtime.approvals_changed(
+            run=rows[0].run, approval_ids=[a.public_id for a in rows], change="cancelled"
+        )
+    return cancelled
+
+
 @transaction.atomic
 def approvals_cancel_pending(*, run: Run) -> list[str]:
     """The run ended: what is still pending becomes `cancelled`. Returns their ids."""
     pending = Approval.objects.filter(run=run, status=ApprovalStatus.PENDING)
-    ids = list(pending.values_list("public_id", flat=True))
-    if ids:
-        pending.update(status=ApprovalStatus.CANCELLED)
-        realtime.approvals_changed(run=run, approval_ids=ids, change="cancelled")
-    return ids
+    return [a.public_id for a in _cancel(pending)]
+
+
+@transaction.atomic
+def approvals_cancel(*, approvals: list[Approval], keep_runs=()) -> list[str]:
+    """These pending approvals are no longer held (a newer state dropped them): `cancelled`,
+    with every approval of the same call (mirrors), each run told once. Mirrors in
+    `keep_runs` (sub-runs the same state still parks, whose own lists decide) stay."""
+    group = {a.pk for a in approvals}
+    for approval in approvals:
+        targets = approval_mirror_targets(approval)
+        group.update(m.pk for m in targets if m.run_id not in keep_runs)
+    pending = Approval.objects.filter(pk__in=list(group), status=ApprovalStatus.PENDING)
+    return [a.public_id for a in _cancel(pending)]

@@ -23,6 +23,7 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from approvals.models import Approval, DeliveryStatus, Webhook, WebhookDelivery, WebhookEvent
+from approvals.schemas import ApprovalOut, approval_resource
 from console.errors import Invalid
 from console.services import audit
 
@@ -76,8 +77,6 @@ def webhook_create(*, tenant, url: str, events: list[str] | None = None, princip
 
 
 def _approval_payload(approval) -> dict:
-    from approvals.schemas import ApprovalOut, approval_resource
-
     return ApprovalOut.model_validate(approval_resource(approval)).model_dump(
         by_alias=True, mode="json"
     )

@@ -1,31 +1,16 @@
-"""The write primitives every way into a run shares (events, RunState snapshots, outcomes).
+"""The write primitives every way into a run shares (events, RunState snapshots, outcomes),
+and the run's directory (agents, conversations, principals registered on first sight).
 
-A `RunWrites` is the unit of work for one run inside one transaction: the primitives change the
-run in memory and queue plain rows (dicts, and `StepRow`s for steps); `flush()` writes each
-table with one statement, saves the run once and publishes one `run_changed` on commit. Every
-primitive also works alone (`writes=None`): it then makes its own unit and flushes it at once.
-
-No model instance is built for a row that is only inserted: on PostgreSQL a table's rows travel
-as one JSON array that `jsonb_to_recordset` turns into rows (`rows_insert`, `rows_upsert`);
-elsewhere they go through the ORM's bulk_create.
-
-The caller holds the transaction (and, for a run that exists, its row lock).
+Each primitive changes the run in memory and queues rows on the caller's unit of work
+(`RunWrites`, runs/services/writes.py); with `writes=None` it makes a unit of its own and
+flushes it at once. The caller holds the transaction (and, for a run that exists, its row lock).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from datetime import datetime
-from zoneinfo import ZoneInfo
 
-import orjson
-from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection, transaction
-from django.db.models import Max
-from django.utils import timezone
-
-from console import realtime
+from approvals.services.requests import approvals_cancel_pending, approvals_request
 from console.errors import Forbidden
 from console.models import Principal, Tenant
 from console.services import _get_or_create, principal_ensure
@@ -35,21 +20,10 @@ from runs.models import (
     AgentVersion,
     Conversation,
     Handoff,
-    Message,
     Run,
     RunStatus,
-    Step,
-    ToolResult,
-    UsageDaily,
-    Verdict,
 )
-
-USAGE_FIELDS = ("input_tokens", "output_tokens", "cost_minor_units")
-
-
-def usage_zero() -> dict:
-    return dict.fromkeys(USAGE_FIELDS, 0)
-
+from runs.services.writes import USAGE_FIELDS, RunWrites, StepRow, run_unit, usage_zero
 
 # --- the directory of a run: agents, conversations, principals (registered on first sight) ---
 
@@ -81,299 +55,6 @@ def principal(*, tenant: Tenant, external_id: str | None) -> Principal | None:
     return found
 
 
-# --- the unit of work ---
-
-
-@dataclass(slots=True)
-class StepRow:
-    """A step as a unit of work holds it (the columns of runs.Step, without the run)."""
-
-    number: int
-    agent_id: str
-    model: str = ""
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_minor_units: int = 0
-    finish_reason: str | None = None
-    trace_id: str | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-
-
-STEP_COLUMNS = tuple(StepRow.__slots__)
-
-
-class RunWrites:
-    """Pending writes of one run; `flush()` applies them in a few statements."""
-
-    def __init__(self, run: Run):
-        self.run = run
-        self.now = timezone.now()  # one clock reading per unit of work
-        self.what: set[str] = set()
-        self.dirty: set[str] = set()
-        self.steps: dict[int, StepRow] = {}  # every step touched, by number
-        self._looked_up: set[int] = set()  # step numbers already asked of the database
-        self.messages: list[dict] = []
-        self.tool_results: list[dict] = []
-        self.handoffs: list[dict] = []
-        self.verdicts: list[dict] = []
-        self.usage: dict[tuple, list[int]] = {}  # (day, principal, agent, model) -> deltas
-        self._next_message: int | None = None
-        self._next_handoff: int | None = None
-        self._trace_ids: set[str] | None = None
-        self._days: dict = {}  # moment -> rollup day (one zone lookup per unit)
-
-    def trace_id_add(self, trace_id: str) -> bool:
-        """Append a trace id the run does not hold yet (a set keeps this O(1) per step)."""
-        if self._trace_ids is None:
-            self.run.trace_ids = list(self.run.trace_ids or [])
-            self._trace_ids = set(self.run.trace_ids)
-        if trace_id in self._trace_ids:
-            return False
-        self._trace_ids.add(trace_id)
-        self.run.trace_ids.append(trace_id)
-        return True
-
-    def touch(self, *fields: str, what: str | None = None) -> None:
-        self.dirty.update(fields)
-        if what:
-            self.what.add(what)
-
-    # Steps are loaded once per unit; `preload_steps` fetches many in one query. A run holds
-    # no step above `run.steps` (every writer of a step raises it), so those are not asked.
-    def preload_steps(self, numbers) -> None:
-        wanted = {n for n in numbers if n not in self.steps and n not in self._looked_up}
-        self._looked_up |= wanted
-        wanted = {n for n in wanted if n <= self.run.steps}
-        if wanted and self.run.pk:
-            held = Step.objects.filter(run=self.run, number__in=wanted)
-            for values in held.values(*STEP_COLUMNS):
-                self.steps[values["number"]] = StepRow(**values)
-
-    def step(self, number: int, *, agent_id: str | None = None) -> StepRow:
-        row = self.steps.get(number)
-        if row is None:
-            if number not in self._looked_up:
-                self.preload_steps([number])
-            row = self.steps.get(number)
-            if row is None:
-                row = StepRow(
-                    number=number,
-                    agent_id=agent_id or self.run.current_agent_id,
-                    started_at=self.now,
-                )
-                self.steps[number] = row
-        return row
-
-    def next_message_position(self) -> int:
-        if self._next_message is None:
-            held = Message.objects.filter(run=self.run).aggregate(m=Max("position"))["m"]
-            self._next_message = 0 if held is None else held + 1
-        position = self._next_message
-        self._next_message += 1
-        return position
-
-    def next_handoff_position(self) -> int:
-        if self._next_handoff is None:
-            held = Handoff.objects.filter(run=self.run).aggregate(m=Max("position"))["m"]
-            self._next_handoff = 0 if held is None else held + 1
-        position = self._next_handoff
-        self._next_handoff += 1
-        return position
-
-    def day(self, at: datetime):
-        day = self._days.get(at)
-        if day is None:
-            day = self._days[at] = usage_day(tenant=self.run.tenant, at=at)
-        return day
-
-    def add_usage(self, *, day, agent_id: str, model: str, usage: dict, steps: int) -> None:
-        principal_id = self.run.principal.external_id if self.run.principal_id else ""
-        key = (day, principal_id, agent_id or "", model or "")
-        row = self.usage.setdefault(key, [0, 0, 0, 0])
-        for i, field in enumerate(USAGE_FIELDS):
-            row[i] += usage.get(field, 0)
-        row[3] += steps
-
-    def flush(self) -> None:
-        run = self.run
-        if self.steps:  # new and changed alike: one upsert
-            rows_upsert(
-                Step,
-                [_step_values(run.pk, row) for row in self.steps.values()],
-                unique=("run_id", "number"),
-            )
-        for model, rows in (
-            (Message, self.messages),
-            (ToolResult, self.tool_results),
-            (Handoff, self.handoffs),
-            (Verdict, self.verdicts),
-        ):
-            rows_insert(model, rows)
-        _usage_daily_add(tenant_id=run.tenant_id, rows=self.usage)
-        if self.dirty:
-            run.updated_at = timezone.now()
-            run.save(update_fields=sorted(self.dirty | {"updated_at"}))
-        if self.what:
-            realtime.run_changed(run=run, what=sorted(self.what))
-        self.__init__(run)
-
-
-def _step_values(run_id: int, row: StepRow) -> dict:
-    values = {column: getattr(row, column) for column in STEP_COLUMNS}
-    values["run_id"] = run_id
-    return values
-
-
-class _unit:
-    """`with _unit(run, writes) as w`: the caller's unit, or a unit of its own flushed in its
-    own transaction when the primitive is called alone."""
-
-    __slots__ = ("run", "writes", "atomic")
-
-    def __init__(self, run: Run, writes: RunWrites | None):
-        self.run, self.writes, self.atomic = run, writes, None
-
-    def __enter__(self) -> RunWrites:
-        if self.writes is None:
-            self.atomic = transaction.atomic()
-            self.atomic.__enter__()
-            self.writes = RunWrites(self.run)
-        return self.writes
-
-    def __exit__(self, kind, value, traceback):
-        if self.atomic is None:
-            return False
-        try:
-            if kind is None:
-                self.writes.flush()
-        except BaseException as error:
-            self.atomic.__exit__(type(error), error, error.__traceback__)
-            raise
-        return self.atomic.__exit__(kind, value, traceback)
-
-
-# --- rows in bulk ---
-
-
-def rows_insert(model, rows: list[dict]) -> None:
-    """Insert rows given as dicts of attribute names (`run_id`, not `run`), in one statement.
-    Columns the rows leave out take their default (evaluated once). No primary keys come
-    back: nothing in a unit of work needs them."""
-    if rows:
-        _rows_write(model, rows)
-
-
-def rows_upsert(model, rows: list[dict], *, unique: tuple[str, ...]) -> None:
-    """Insert rows, or overwrite every given column of the row holding the same `unique`."""
-    if rows:
-        _rows_write(model, rows, unique=unique)
-
-
-def bulk_insert(objs: list) -> None:
-    """Insert model instances of one model (`rows_insert` for instances: seed_demo)."""
-    if objs:
-        fields = _columns(type(objs[0]))
-        rows_insert(
-            type(objs[0]), [{f.attname: getattr(o, f.attname) for f in fields} for o in objs]
-        )
-
-
-def _columns(model) -> list:
-    return [f for f in model._meta.concrete_fields if not f.primary_key]
-
-
-def _rows_write(model, rows: list[dict], unique: tuple[str, ...] | None = None) -> None:
-    fields = _columns(model)
-    given = [f for f in fields if f.attname in rows[0]]
-    if connection.vendor != "postgresql":
-        defaults = {f.attname: f.get_default() for f in fields if f.attname not in rows[0]}
-        objs = [model(**defaults, **row) for row in rows]
-        if unique is None:
-            model.objects.bulk_create(objs)
-        else:
-            name_of = {f.attname: f.name for f in fields}  # `run_id` -> `run`
-            model.objects.bulk_create(
-                objs,
-                update_conflicts=True,
-                unique_fields=[name_of[a] for a in unique],
-                update_fields=[f.name for f in given if f.attname not in unique],
-            )
-        return
-    quote = connection.ops.quote_name
-    table = quote(model._meta.db_table)
-    record = ", ".join(f"{quote(f.column)} {f.db_type(connection)}" for f in given)
-    missing = [f for f in fields if f.attname not in rows[0]]
-    columns = ", ".join(quote(f.column) for f in (*given, *missing))
-    values = ", ".join(
-        [quote(f.column) for f in given] + [f"%s::{f.db_type(connection)}" for f in missing]
-    )
-    params = [_json_param(f.get_default()) if _is_json(f) else f.get_default() for f in missing]
-    # Identifiers and types come from the model; every value is a parameter.
-    sql = f"INSERT INTO {table} ({columns}) SELECT {values} "  # noqa: S608
-    sql += f"FROM jsonb_to_recordset(%s::jsonb) AS r({record})"
-    if unique is not None:
-        by = {f.attname: f.column for f in fields}
-        keys = ", ".join(quote(by[a]) for a in unique)
-        sets = ", ".join(
-            f"{quote(f.column)} = EXCLUDED.{quote(f.column)}"
-            for f in given
-            if f.attname not in unique
-        )
-        sql += f" ON CONFLICT ({keys}) DO UPDATE SET {sets}"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, json_text(rows)])
-
-
-def _is_json(field) -> bool:
-    return field.get_internal_type() == "JSONField"
-
-
-def _json_param(value):
-    return None if value is None else json_text(value)
-
-
-def json_text(value) -> str:
-    """JSON for the database: orjson (fast), or the standard encoder for what orjson refuses
-    (integers beyond 64 bits) and for Django's types (Decimal, UUID, lazy strings)."""
-    try:
-        return orjson.dumps(value, default=_django_default).decode()
-    except TypeError:
-        return json.dumps(value, cls=DjangoJSONEncoder)
-
-
-def _django_default(value):
-    return DjangoJSONEncoder().default(value)
-
-
-def _usage_daily_add(*, tenant_id: int, rows: dict) -> None:
-    """Add usage deltas to the daily rollup: one upsert statement (PostgreSQL and SQLite)."""
-    if not rows:
-        return
-    table = connection.ops.quote_name(UsageDaily._meta.db_table)
-    columns = "tenant_id, day, principal_id, agent_id, model, " + ", ".join(USAGE_FIELDS)
-    columns += ", steps"
-    values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
-    params = []
-    for (day, principal_id, agent_id, model), deltas in rows.items():
-        params += [tenant_id, day, principal_id, agent_id, model, *deltas]
-    adds = ", ".join(f"{f} = {table}.{f} + excluded.{f}" for f in (*USAGE_FIELDS, "steps"))
-    # Identifiers come from the model; every value is a parameter.
-    sql = f"INSERT INTO {table} ({columns}) VALUES {values} "  # noqa: S608
-    sql += f"ON CONFLICT (tenant_id, day, principal_id, agent_id, model) DO UPDATE SET {adds}"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-
-
-def usage_day(*, tenant: Tenant, at: datetime):
-    """The rollup day of a moment: the date in the tenant's time zone."""
-    try:
-        zone = ZoneInfo(tenant.time_zone or "UTC")
-    except (KeyError, ValueError):
-        zone = ZoneInfo("UTC")
-    return timezone.localtime(at, zone).date()
-
-
 # --- the primitives ---
 
 
@@ -387,7 +68,7 @@ def step_start(
     writes: RunWrites | None = None,
 ) -> StepRow:
     """A new step (or the same step seen again): `currentAgentId` = agent_id."""
-    with _unit(run, writes) as w:
+    with run_unit(run, writes) as w:
         row = w.step(step, agent_id=agent_id)
         row.agent_id = agent_id
         row.model = model or row.model
@@ -415,7 +96,7 @@ def step_finish_usage(
     A step reported finished again (a snapshot, a corrected event) replaces its earlier
     figures: only the difference reaches the totals.
     """
-    with _unit(run, writes) as w:
+    with run_unit(run, writes) as w:
         finished_at = finished_at or w.now
         row = w.step(step)
         if row.finished_at is not None:  # withdraw what this step counted before
@@ -456,7 +137,7 @@ def messages_append(
     *, run: Run, messages: list[dict], step: int | None = None, writes: RunWrites | None = None
 ) -> list[dict]:
     """Append messages (`role`, `content`, `tool_calls`, `tool_call_id`) in order."""
-    with _unit(run, writes) as w:
+    with run_unit(run, writes) as w:
         rows = [
             {
                 "run_id": run.pk,
@@ -486,7 +167,7 @@ def tool_result_record(
     at: datetime | None = None,
     writes: RunWrites | None = None,
 ) -> dict:
-    with _unit(run, writes) as w:
+    with run_unit(run, writes) as w:
         row = {
             "run_id": run.pk,
             "step": step,
@@ -513,7 +194,7 @@ def handoff_record(
     writes: RunWrites | None = None,
 ) -> dict:
     """A handoff (or its return): recorded, and `currentAgentId` = to_agent_id."""
-    with _unit(run, writes) as w:
+    with run_unit(run, writes) as w:
         row = {
             "run_id": run.pk,
             "kind": Handoff.Kind.RETURNED if returned else Handoff.Kind.HANDOFF,
@@ -531,7 +212,7 @@ def handoff_record(
 
 
 def todos_replace(*, run: Run, todos: list[dict], writes: RunWrites | None = None) -> None:
-    with _unit(run, writes) as w:
+    with run_unit(run, writes) as w:
         run.todos = list(todos)
         w.touch("todos", what="todos")
 
@@ -548,7 +229,7 @@ def verdict_record(
 ) -> dict:
     """Widen-only: the row is always added; the run keeps the most severe verdict per turn
     (on equal severity, the earlier one stands). Returns the verdict the turn now holds."""
-    with _unit(run, writes) as w:
+    with run_unit(run, writes) as w:
         w.verdicts.append(
             {
                 "run_id": run.pk,
@@ -578,13 +259,13 @@ def verdict_widen(w: RunWrites, *, turn: str, verdict: str, guard: str, reason: 
 
 
 def taint_replace(*, run: Run, taint_summary: dict | None, writes: RunWrites | None = None):
-    with _unit(run, writes) as w:
+    with run_unit(run, writes) as w:
         run.taint_summary = taint_summary
         w.touch("taint_summary", what="taint")
 
 
 def run_status_set(*, run: Run, status: str, writes: RunWrites | None = None) -> None:
-    with _unit(run, writes) as w:
+    with run_unit(run, writes) as w:
         if run.status != status:
             run.status = status
             w.touch("status", what="status")
@@ -603,11 +284,9 @@ def run_finish(
     writes: RunWrites | None = None,
 ) -> None:
     """The run ends: its fields are set and its pending approvals become `cancelled`."""
-    from approvals.services.requests import approvals_cancel_pending
-
     if status not in (RunStatus.DONE, RunStatus.ABORTED, RunStatus.FAILED):
         raise ValueError(f"not a finished status: {status}")
-    with _unit(run, writes) as w:
+    with run_unit(run, writes) as w:
         run.status = status
         run.result = result
         run.ended_by_tool = ended_by_tool
@@ -627,3 +306,20 @@ def run_finish(
         )
         if approvals_cancel_pending(run=run):
             w.what.add("approvals")
+
+
+def calls_hold(
+    *,
+    run: Run,
+    step: int | None,
+    calls: list[dict],
+    requested_at: datetime | None = None,
+    writes: RunWrites | None = None,
+):
+    """The runtime holds these tool calls back: each becomes a pending approval (the approvals
+    app's), and the run awaits approval. Returns the new approvals."""
+    with run_unit(run, writes) as w:
+        rows = approvals_request(run=run, step=step, calls=calls, requested_at=requested_at)
+        run_status_set(run=run, status=RunStatus.AWAITING_APPROVAL, writes=w)
+        w.what.add("approvals")
+    return rows

@@ -14,14 +14,13 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from approvals.services.decisions import approvals_mark_delivered
-from approvals.services.requests import approvals_request
 from console import access, realtime
 from console.errors import Conflict, Invalid
 from console.models import Tenant
 from runs import schemas as s
 from runs.models import Message, Run, RunEvent, RunStatus, ToolResult, Verdict
 from runs.services import common
-from runs.services.common import RunWrites
+from runs.services.writes import RunWrites, rows_insert
 
 
 def _wire(model) -> dict:
@@ -41,13 +40,13 @@ def run_admit(*, tenant: Tenant, body: s.NewRunIn) -> tuple[Run, bool]:
     """
     wire = _wire(body)
     principal = common.principal(tenant=tenant, external_id=body.principal_id)
-    run = _run_locked(tenant_id=tenant.pk, run_id=body.id)
+    run = access.run_locked(tenant_id=tenant.pk, run_id=body.id, defer=())
     if run is None:
         try:
             with transaction.atomic():
                 return _run_create(tenant=tenant, body=body, wire=wire, principal=principal), True
         except IntegrityError:  # a concurrent admission of the same id won the insert
-            run = _run_locked(tenant_id=tenant.pk, run_id=body.id)
+            run = access.run_locked(tenant_id=tenant.pk, run_id=body.id, defer=())
     if run.admission is None:
         _admission_adopt(run=run, body=body, wire=wire, principal=principal)
     elif run.admission != wire:
@@ -60,11 +59,6 @@ def run_admit(*, tenant: Tenant, body: s.NewRunIn) -> tuple[Run, bool]:
             details={"differs": differs, "held": run.admission},
         )
     return run, False
-
-
-def _run_locked(*, tenant_id: int, run_id: str) -> Run | None:
-    qs = Run.objects.select_for_update(of=("self",)).select_related("tenant", "principal")
-    return qs.filter(tenant_id=tenant_id, external_id=run_id).first()
 
 
 def _run_create(*, tenant, body: s.NewRunIn, wire: dict, principal) -> Run:
@@ -169,7 +163,7 @@ def _apply_new(*, run: Run, events: list, wires: list) -> None:
         _finished_conflict(run=run, seq=events[0].seq)
     writes = RunWrites(run)
     now = writes.now
-    common.rows_insert(
+    rows_insert(
         RunEvent,
         [
             {"run_id": run.pk, "seq": e.seq, "type": e.type, "data": w, "at": e.at or now}
@@ -233,7 +227,7 @@ def _approval_requested(run, e: s.ApprovalRequested, wire, w: RunWrites):
     calls = [c.model_dump() for c in e.calls]
     for call, raw in zip(calls, wire["calls"], strict=True):
         call["arguments"] = raw.get("arguments")
-    approvals_request(run=run, step=e.step, calls=calls, requested_at=e.at, writes=w)
+    common.calls_hold(run=run, step=e.step, calls=calls, requested_at=e.at, writes=w)
 
 
 def _handoff(run, e: s.HandoffEvent, wire, w: RunWrites):

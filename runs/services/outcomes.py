@@ -13,14 +13,13 @@ import hashlib
 from django.db import transaction
 
 from approvals.models import Approval, ApprovalStatus
-from approvals.services.requests import approvals_request
 from console.errors import Conflict, Invalid
-from runs.models import Run, RunStatus, Step
+from runs.models import Run, RunStatus, Step, snapshot_envelope
 from runs.schemas_state import RunOutcomeIn, run_outcome_problems
-from runs.selectors_state import snapshot_envelope
 from runs.services import common
-from runs.services.common import RunWrites
-from runs.services.snapshots import messages_keep_append, run_locked, usage_add
+from runs.services.reconcile import messages_keep_append, usage_add
+from runs.services.snapshots import run_locked
+from runs.services.writes import RunWrites
 
 FINISH = {"DONE": RunStatus.DONE, "ABORTED": RunStatus.ABORTED}
 
@@ -99,8 +98,9 @@ def _pause(w: RunWrites, outcome: RunOutcomeIn, wire: dict) -> None:
         if call.tool_call.id not in held
     ]
     if calls:
-        approvals_request(run=run, step=run.steps or None, calls=calls, writes=w)
-    common.run_status_set(run=run, status=RunStatus.AWAITING_APPROVAL, writes=w)
+        common.calls_hold(run=run, step=run.steps or None, calls=calls, writes=w)
+    else:
+        common.run_status_set(run=run, status=RunStatus.AWAITING_APPROVAL, writes=w)
 
 
 def _finish(w: RunWrites, outcome: RunOutcomeIn, wire: dict) -> None:

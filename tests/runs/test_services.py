@@ -85,15 +85,13 @@ def test_handoff_moves_and_return_restores_current_agent(run):
     ]
 
 
-def test_approvals_request_in_order_then_run_finish_cancels(
-    run, django_capture_on_commit_callbacks
-):
+def test_calls_hold_in_order_then_run_finish_cancels(run, django_capture_on_commit_callbacks):
     calls = [
         {"tool_call_id": "c2", "tool_name": "b", "arguments": {}},
         {"tool_call_id": "c1", "tool_name": "a", "arguments": {"x": 1}},
     ]
     with django_capture_on_commit_callbacks() as callbacks:
-        rows = approvals_request(run=run, step=1, calls=calls)
+        rows = common.calls_hold(run=run, step=1, calls=calls)
     assert callbacks, "approvals_changed is published on commit"
     run.refresh_from_db()
     assert run.status == "awaiting_approval"
@@ -107,6 +105,15 @@ def test_approvals_request_in_order_then_run_finish_cancels(
     assert run.status == "done" and run.finished_at is not None
     assert set(Approval.objects.filter(run=run).values_list("status", flat=True)) == {"cancelled"}
     assert approvals_cancel_pending(run=run) == []
+
+
+def test_approvals_request_makes_approvals_and_leaves_the_run_to_its_caller(run):
+    rows = approvals_request(
+        run=run, step=1, calls=[{"tool_call_id": "c9", "tool_name": "a", "arguments": {}}]
+    )
+    run.refresh_from_db()
+    assert [r.tool_call_id for r in rows] == ["c9"]
+    assert run.status == "running"
 
 
 def test_deactivated_principal_is_forbidden(tenant_a):

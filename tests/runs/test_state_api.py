@@ -5,9 +5,9 @@ from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
 from approvals.services.decisions import UNSET, approval_decide
+from approvals.services.settle import approval_mirror_targets
 from console.models import Principal
 from runs.models import Handoff, Message, Run, Step, ToolResult, UsageDaily, Verdict
-from runs.services.snapshots import approval_mirror_targets
 from tests.runs.states import (
     RUNS,
     approval,

@@ -34,7 +34,7 @@ from runs.models import (
     ToolResult,
     Verdict,
 )
-from runs.services.common import bulk_insert
+from runs.services.writes import bulk_insert
 
 CHUNK = 2000
 AGENTS = ("support-bot", "billing-bot", "research-agent", "triage", "sql-analyst", "scheduler")

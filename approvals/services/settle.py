@@ -1,0 +1,101 @@
+"""The one writer of a decision: every path (a reviewer, a `decide` key, a bulk decision, the
+expiry clock) settles an approval through `approval_settle`.
+
+A decision is one conditional UPDATE (`status='pending'` → decided) plus its AuditEvent, in one
+transaction. The runs' rows are locked first, in primary-key order, so that a run's decisions
+get gap-free, ordered cursors (`decision_seq`) and commit in that order (ingest locks the run
+too); the conditional UPDATE is what picks the single winner. A parent's mirrored approval and
+the parked child's call are the same call and are settled together.
+"""
+
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from approvals.models import Approval, ApprovalStatus
+from approvals.services.webhooks import webhooks_approval_decided
+from console import realtime
+from console.services import audit
+from runs.models import Run
+
+
+def approval_mirror_targets(approval: Approval) -> list[Approval]:
+    """Every other approval of the same held call: up the `mirror_of` chain to the sub-run's
+    own approval, then every mirror of it at any depth (parent, grandparent...).
+    Each comes with `run` and `run.tenant` loaded."""
+    base = Approval.objects.select_related("run", "run__tenant")
+    root, seen = approval, {approval.pk}
+    while root.mirror_of_id and root.mirror_of_id not in seen:
+        root = base.get(pk=root.mirror_of_id)
+        seen.add(root.pk)
+    group, frontier = {root.pk: root}, [root.pk]
+    while frontier:
+        found = list(base.filter(mirror_of_id__in=frontier).exclude(pk__in=list(group)))
+        group.update({a.pk: a for a in found})
+        frontier = [a.pk for a in found]
+    return [a for pk, a in group.items() if pk != approval.pk]
+
+
+def _lock_runs(run_ids) -> None:
+    """Lock the runs' rows in primary-key order (no deadlock with ingest, which locks runs)."""
+    list(Run.objects.select_for_update().filter(pk__in=sorted(set(run_ids))).values_list("pk"))
+
+
+def _next_decision_seq(run_id: int) -> int:
+    current = Approval.objects.filter(run_id=run_id).aggregate(m=Max("decision_seq"))["m"]
+    return (current or 0) + 1
+
+
+def _settle_one(approval, *, status, message, arguments, principal, key, now, action) -> bool:
+    """The conditional UPDATE and its audit row. True when this call won."""
+    fields = {
+        "status": status,
+        "decided_by": principal,
+        "decided_via_key": key,
+        "decided_at": now,
+        "message": message,
+        "decided_arguments": arguments,
+        "decision_seq": _next_decision_seq(approval.run_id),
+    }
+    pending = Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING)
+    if status == ApprovalStatus.EXPIRED:
+        pending = pending.filter(expires_at__lte=now)  # not one extended meanwhile
+    else:
+        pending = pending.filter(expires_at__gt=now)  # never approve past expiry
+    if pending.update(**fields) != 1:
+        return False
+    audit(
+        tenant=approval.run.tenant,
+        action=action,
+        object_type="approval",
+        object_id=approval.public_id,
+        principal=principal,
+        key=key,
+        data={
+            "runId": approval.run.external_id,
+            "toolCallId": approval.tool_call_id,
+            "toolName": approval.tool_name,
+            "status": status,
+            "message": message,
+            "argumentsEdited": arguments is not None and arguments != approval.arguments,
+        },
+    )
+    realtime.approvals_changed(run=approval.run, approval_ids=[approval.public_id], change=status)
+    webhooks_approval_decided(approval_id=approval.pk)
+    return True
+
+
+def approval_settle(
+    *, approval, status, message, arguments, principal=None, key=None, action
+) -> bool:
+    """Decide an approval and its mirrors in one transaction. True when this call won."""
+    now = timezone.now()
+    with transaction.atomic():
+        targets = approval_mirror_targets(approval)
+        _lock_runs([approval.run_id] + [t.run_id for t in targets])
+        common = {"status": status, "principal": principal, "key": key, "now": now}
+        if not _settle_one(approval, message=message, arguments=arguments, action=action, **common):
+            return False
+        for target in targets:
+            _settle_one(target, message=message, arguments=arguments, action=action, **common)
+    return True

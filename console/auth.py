@@ -1,0 +1,79 @@
+"""Who is calling the API: an API key (`Authorization: Bearer`) checked for one scope, or a
+signed-in browser session (with CSRF) acting as its principal.
+
+The contract's order holds because these run before the body is parsed: 401 for no/bad/revoked
+key, then 403 for a missing scope, then the key's rate limit (429).
+"""
+
+import math
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+from ninja.security import APIKeyCookie, HttpBearer
+
+from console import access, ratelimit
+from console.db import released
+from console.errors import Forbidden, RateLimited
+from console.models import ApiKey
+
+LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+
+class KeyAuth(HttpBearer):
+    """`Authorization: Bearer <key>` → the ApiKey (request.auth), checked for one scope."""
+
+    def __init__(self, scope: str):
+        super().__init__()
+        self.scope = scope
+
+    def authenticate(self, request, token):
+        key = ApiKey.objects.for_raw_key(token)
+        if key is None:
+            return None
+        access.require_scope(key, self.scope)
+        wait = ratelimit.take(key.pk, per_minute=key.rate_per_minute, burst=key.rate_burst)
+        if wait:
+            raise RateLimited("rate limit exceeded for this key", retry_after=math.ceil(wait))
+        now = timezone.now()
+        if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
+            ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+        return key
+
+
+class HeldKeyAuth(KeyAuth):
+    """The key check of an async operation that holds its request (the decisions long-poll).
+    The lookup takes a database connection and gives it back (to the pool) at once, instead
+    of keeping it through the request's thread for the whole wait. Only for async operations:
+    ninja awaits it there (`is_async`)."""
+
+    is_async = True
+
+    async def __call__(self, request):
+        return await released(KeyAuth.__call__)(self, request)
+
+
+class BrowserSession(APIKeyCookie):
+    """A signed-in browser (session cookie + CSRF) acting as its principal. Without a session
+    it steps aside (401 from the key auth); with one, a missing CSRF token is a 403."""
+
+    param_name = settings.SESSION_COOKIE_NAME
+
+    def _get_key(self, request):
+        if not request.user.is_authenticated:
+            return None
+        return super()._get_key(request)
+
+    def authenticate(self, request, key):
+        if key is None:
+            return None
+        principal = access.principal_for_user(request.user)
+        if principal is None:
+            raise Forbidden("this account is not an active principal of any tenant")
+        return principal
+
+
+ingest_auth = KeyAuth("ingest")
+decide_auth = KeyAuth("decide")
+ingest_auth_held = HeldKeyAuth("ingest")
+browser_session = BrowserSession()

@@ -1,0 +1,68 @@
+"""How the console writes numbers, money, times and statuses: plain functions, used by the
+context functions and registered as template filters by console/templatetags/gavel.py."""
+
+import json
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+
+def money(minor_units, currency: str = "") -> str:
+    """Minor units as a decimal amount: 1234 → "12.34" (with the currency code if given)."""
+    if minor_units is None:
+        return "—"
+    sign = "-" if minor_units < 0 else ""
+    units, cents = divmod(abs(int(minor_units)), 100)
+    text = f"{sign}{units:,}.{cents:02d}"
+    return f"{text} {currency}" if currency else text
+
+
+def short_duration(delta: timedelta) -> str:
+    """A short human duration: "45s", "3m", "2h", "5d"."""
+    seconds = max(0, int(delta.total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def duration_ms(ms) -> str:
+    """Milliseconds as a short human duration: 600000 → "10m"."""
+    if ms is None:
+        return "—"
+    return short_duration(timedelta(milliseconds=int(ms)))
+
+
+def age(moment: datetime | None) -> str:
+    """How long ago: "3m", "2h", "5d"."""
+    if moment is None:
+        return "—"
+    return short_duration(timezone.now() - moment)
+
+
+def pretty_json(value) -> str:
+    """JSON, indented, for a <pre> (escaped by the template like any text)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+
+
+STATUS_CLASSES = {
+    "running": "is-info",
+    "awaiting_approval": "is-warning",
+    "pending": "is-warning",
+    "done": "is-success",
+    "approved": "is-success",
+    "aborted": "is-dark",
+    "cancelled": "is-dark",
+    "failed": "is-danger",
+    "denied": "is-danger",
+    "expired": "is-light",
+}
+
+
+def status_class(status: str) -> str:
+    """A Bulma colour class for a run or approval status."""
+    return STATUS_CLASSES.get(status, "is-light")
+
+
+def humanize_status(status: str) -> str:
+    return (status or "").replace("_", " ")
