@@ -4,7 +4,7 @@ Another tenant's object is NotFound (404), exactly like one that does not exist;
 capability or scope is Forbidden (403). No view, endpoint or consumer filters by tenant itself.
 
 A *viewer* is either a Principal (a signed-in person, or the principal a `decide` key is bound
-to) or an ApiKey (a runtime).
+to) or an ApiKey (a runtime, or a `decide` / `manage` key acting as its bound principal).
 """
 
 from fnmatch import fnmatchcase
@@ -53,13 +53,27 @@ def capabilities_of(principal: Principal) -> set[str]:
     return caps
 
 
+def acting_principal(viewer: Viewer) -> Principal | None:
+    """The principal a viewer acts as: itself, or the one a key is bound to (None: a runtime's
+    key, which acts as no one)."""
+    return viewer.principal if isinstance(viewer, ApiKey) else viewer
+
+
 def can(viewer: Viewer, capability: str, tool_name: str | None = None) -> bool:
-    """May the viewer use a capability (for `decide`, on this tool)?"""
+    """May the viewer use a capability (for `decide`, on this tool)?
+
+    A key's scopes open doors and its principal's roles say what it may do behind them: an
+    `ingest` key reads runs, a `decide` key decides and a `manage` key uses every other
+    capability, each as its bound principal."""
     if isinstance(viewer, ApiKey):
-        if capability in ("view_runs", "ingest"):
+        if capability == "ingest" or (capability == "view_runs" and viewer.has_scope("ingest")):
             return viewer.has_scope("ingest")
-        if capability == "decide" and viewer.has_scope("decide") and viewer.principal:
-            return can(viewer.principal, "decide", tool_name)
+        if capability == "decide":
+            return bool(viewer.has_scope("decide") and viewer.principal) and can(
+                viewer.principal, "decide", tool_name
+            )
+        if viewer.has_scope("manage") and viewer.principal:
+            return can(viewer.principal, capability, tool_name)
         return False
     if not viewer.is_active:
         return False
@@ -87,6 +101,17 @@ def require_scope(key: ApiKey, scope: str) -> None:
 def require(viewer: Viewer, capability: str) -> None:
     if not can(viewer, capability):
         raise Forbidden(f"you may not {capability.replace('_', ' ')}", code="forbidden")
+
+
+def require_capability(viewer: Viewer, capability: str) -> None:
+    """Forbidden unless the viewer (a Principal, or a `manage` key acting as its principal)
+    holds the capability through its roles (`admin` implies every one)."""
+    if not can(viewer, capability):
+        raise Forbidden(
+            f"you may not {capability.replace('_', ' ')}: none of your roles has the "
+            f"'{capability}' capability",
+            code="forbidden",
+        )
 
 
 def runs_visible_to(*, viewer: Viewer) -> QuerySet:

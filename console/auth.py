@@ -75,5 +75,6 @@ class BrowserSession(APIKeyCookie):
 
 ingest_auth = KeyAuth("ingest")
 decide_auth = KeyAuth("decide")
+manage_auth = KeyAuth("manage")  # the management API: the key acts as its bound principal
 ingest_auth_held = HeldKeyAuth("ingest")
 browser_session = BrowserSession()

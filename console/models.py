@@ -7,14 +7,18 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-CAPABILITIES = ("view_runs", "decide", "view_budgets", "manage_budgets", "admin")
-SCOPES = ("ingest", "decide")
+CAPABILITIES = ("view_runs", "decide", "view_budgets", "manage_budgets", "manage_rules", "admin")
+# `ingest`: write runs, read decisions; `decide`: decide as the bound principal; `manage`: the
+# management API, acting as the bound principal (under its roles' capabilities).
+SCOPES = ("ingest", "decide", "manage")
+# Scopes that make a key act as a principal: such a key is always bound to one.
+PRINCIPAL_SCOPES = ("decide", "manage")
 
 # Every new tenant gets these (the contract's defaults). `admin` implies every capability.
 DEFAULT_ROLES = {
     "admin": {"capabilities": list(CAPABILITIES), "decide_tools": ["*"]},
     "lead": {
-        "capabilities": ["view_runs", "decide", "view_budgets", "manage_budgets"],
+        "capabilities": ["view_runs", "decide", "view_budgets", "manage_budgets", "manage_rules"],
         "decide_tools": ["*"],
     },
     "reviewer": {"capabilities": ["view_runs", "decide"], "decide_tools": ["*"]},

@@ -10,6 +10,7 @@ from console.errors import Conflict, Invalid, NotFound
 from console.models import (
     CAPABILITIES,
     DEFAULT_ROLES,
+    PRINCIPAL_SCOPES,
     SCOPES,
     ApiKey,
     AuditEvent,
@@ -223,8 +224,11 @@ def api_key_create(
     unknown = sorted(set(scopes) - set(SCOPES))
     if unknown:
         raise Invalid(f"unknown scopes: {', '.join(unknown)} (known: {', '.join(SCOPES)})")
-    if "decide" in scopes and principal is None:
-        raise Invalid("a key with the 'decide' scope must be bound to a principal (--principal)")
+    for scope in PRINCIPAL_SCOPES:
+        if scope in scopes and principal is None:
+            raise Invalid(
+                f"a key with the '{scope}' scope must be bound to a principal (--principal)"
+            )
     raw, key_hash, prefix = ApiKey.generate()
     key = ApiKey.objects.create(
         tenant=tenant,

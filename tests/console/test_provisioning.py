@@ -110,3 +110,57 @@ def test_decide_key_needs_a_principal():
 def test_unknown_tenant_is_a_clear_error():
     with pytest.raises(CommandError, match="no tenant 'nope'"):
         run("create_api_key", "--tenant", "nope", "--name", "bot")
+
+
+@pytest.mark.django_db
+def test_manage_key_needs_a_principal_and_acts_as_it():
+    run("create_tenant", "acme")
+    with pytest.raises(CommandError, match="'manage' scope must be bound to a principal"):
+        run("create_api_key", "--tenant", "acme", "--name", "ops", "--scope", "manage")
+    assert not ApiKey.objects.exists()
+    run("create_principal", "--tenant", "acme", "adam", "--role", "admin")
+    out = run(
+        "create_api_key",
+        "--tenant",
+        "acme",
+        "--name",
+        "ops",
+        "--scope",
+        "manage",
+        "--principal",
+        "adam",
+    )
+    key = ApiKey.objects.for_raw_key(out.strip().splitlines()[-1])
+    assert key.scopes == ["manage"]
+    assert key.principal.external_id == "adam"
+
+
+@pytest.mark.django_db
+def test_new_tenants_lead_and_admin_roles_may_manage_rules():
+    run("create_tenant", "acme")
+    caps = dict(Role.objects.filter(tenant__slug="acme").values_list("name", "capabilities"))
+    assert "manage_rules" in caps["lead"]
+    assert "manage_rules" in caps["admin"]
+    assert "manage_rules" not in caps["reviewer"]
+    run("create_role", "--tenant", "acme", "rulers", "--capabilities", "manage_rules")
+    assert Role.objects.get(name="rulers").capabilities == ["manage_rules"]
+
+
+@pytest.mark.django_db
+def test_the_upgrade_gives_existing_admin_and_lead_roles_manage_rules():
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("console.migrations.0002_manage_rules")
+    run("create_tenant", "acme")
+    old = ["view_runs", "decide", "view_budgets", "manage_budgets"]
+    Role.objects.filter(name__in=("admin", "lead")).update(capabilities=old)
+    migration.grant(apps, None)
+    migration.grant(apps, None)  # running twice adds it once
+    caps = dict(Role.objects.filter(tenant__slug="acme").values_list("name", "capabilities"))
+    assert caps["lead"] == [*old, "manage_rules"]
+    assert caps["admin"] == [*old, "manage_rules"]
+    assert caps["reviewer"] == ["view_runs", "decide"]
+    migration.revoke(apps, None)
+    assert Role.objects.get(tenant__slug="acme", name="lead").capabilities == old

@@ -8,8 +8,10 @@ class Command(ProvisioningCommand):
     def add_arguments(self, parser):
         parser.add_argument("--tenant", required=True)
         parser.add_argument("--name", required=True)
-        parser.add_argument("--scope", default="ingest", help="comma-separated: ingest,decide")
-        parser.add_argument("--principal", help="required with the decide scope")
+        parser.add_argument(
+            "--scope", default="ingest", help="comma-separated: ingest,decide,manage"
+        )
+        parser.add_argument("--principal", help="required with the decide and manage scopes")
 
     def handle(self, *args, tenant, name, scope, principal, **options):
         tenant_obj = tenant_get(slug=tenant)

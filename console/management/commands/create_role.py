@@ -1,4 +1,5 @@
 from console.management.commands._base import ProvisioningCommand, split_csv
+from console.models import CAPABILITIES
 from console.services import role_create, tenant_get
 
 
@@ -10,7 +11,7 @@ class Command(ProvisioningCommand):
         parser.add_argument("--tenant", required=True)
         parser.add_argument(
             "--capabilities",
-            help="comma-separated: view_runs,decide,view_budgets,manage_budgets,admin",
+            help="comma-separated: " + ",".join(CAPABILITIES),
         )
         parser.add_argument("--decide-tools", help="comma-separated globs, e.g. 'refund_*,email_*'")
 
