@@ -3,3 +3,15 @@ from django.apps import AppConfig
 
 class ApprovalsConfig(AppConfig):
     name = "approvals"
+
+    def ready(self):
+        from approvals.services import webhooks
+        from console import outbox
+
+        outbox.register(
+            outbox.Sender(
+                name="webhook deliveries",
+                run_due=webhooks.webhook_deliveries_run_due,
+                next_due=webhooks.webhook_next_due,
+            )
+        )

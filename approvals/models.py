@@ -91,15 +91,31 @@ class Approval(models.Model):
 class WebhookEvent(models.TextChoices):
     APPROVAL_REQUESTED = "approval.requested"
     APPROVAL_DECIDED = "approval.decided"
+    APPROVAL_REMINDER = "approval.reminder"
+    APPROVAL_ESCALATED = "approval.escalated"
+    BUDGET_THRESHOLD_CROSSED = "budget.threshold_crossed"
+
+
+class WebhookFormat(models.TextChoices):
+    GAVEL = "gavel"  # the signed JSON body (docs/api.md); `slack` comes with Slack delivery
+
+
+def new_webhook_id() -> str:
+    return "whk_" + secrets.token_hex(12)
 
 
 class Webhook(models.Model):
-    """An HTTPS endpoint of a tenant that hears about approvals (HMAC-SHA256 signed)."""
+    """An HTTPS endpoint of a tenant that hears about approvals, budgets and reminders
+    (HMAC-SHA256 signed)."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="webhooks")
+    public_id = models.CharField(max_length=32, unique=True, default=new_webhook_id)
     url = models.URLField(max_length=500)
     secret = models.CharField(max_length=128)  # the signing key, shown once at creation
     events = models.JSONField(default=list)  # subset of WebhookEvent values
+    format = models.CharField(
+        max_length=16, choices=WebhookFormat.choices, default=WebhookFormat.GAVEL
+    )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)
 

@@ -16,13 +16,18 @@ from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 
 from approvals.api import router as approvals_router
+from approvals.api_webhooks import router as webhooks_router
 from console import access
 from console.errors import GavelError
 from runs.api import router as runs_router
 from runs.api_state import router as runs_state_router
 
 # Path parameters are snake_case in Python (`run_id`) and camelCase in the contract (`runId`).
-WIRE_PATH_PARAMS = {"run_id": "runId", "approval_id": "approvalId"}
+WIRE_PATH_PARAMS = {
+    "run_id": "runId",
+    "approval_id": "approvalId",
+    "notification_id": "notificationId",
+}
 
 
 class GavelAPI(NinjaAPI):
@@ -186,3 +191,4 @@ def on_database_down(request, exc):
 api.add_router("/", runs_router)
 api.add_router("/", runs_state_router)  # states and outcomes
 api.add_router("/", approvals_router)
+api.add_router("/", webhooks_router)

@@ -53,6 +53,24 @@ class HeldKeyAuth(KeyAuth):
         return await released(KeyAuth.__call__)(self, request)
 
 
+class PrincipalKeyAuth(KeyAuth):
+    """A key that acts as its bound principal (the `manage` scope): a key whose principal is
+    deactivated answers 401 (as if revoked), and the operation's capability, when it does not
+    depend on the object, is checked here, before the body is parsed: 403 comes before 422."""
+
+    def __init__(self, scope: str, capability: str | None = None):
+        super().__init__(scope)
+        self.capability = capability
+
+    def authenticate(self, request, token):
+        key = super().authenticate(request, token)
+        if key is None or key.principal is None or not key.principal.is_active:
+            return None
+        if self.capability:
+            access.require_capability(key, self.capability)
+        return key
+
+
 class BrowserSession(APIKeyCookie):
     """A signed-in browser (session cookie + CSRF) acting as its principal. Without a session
     it steps aside (401 from the key auth); with one, a missing CSRF token is a 403."""
@@ -75,6 +93,7 @@ class BrowserSession(APIKeyCookie):
 
 ingest_auth = KeyAuth("ingest")
 decide_auth = KeyAuth("decide")
-manage_auth = KeyAuth("manage")  # the management API: the key acts as its bound principal
+manage_auth = PrincipalKeyAuth("manage")  # the management API: the key acts as its principal
+manage_admin_auth = PrincipalKeyAuth("manage", capability="admin")
 ingest_auth_held = HeldKeyAuth("ingest")
 browser_session = BrowserSession()

@@ -219,6 +219,8 @@ GAVEL_MAX_BODY_BYTES = env_int("GAVEL_MAX_BODY_BYTES", 2 * 1024 * 1024, minimum=
 DATA_UPLOAD_MAX_MEMORY_SIZE = GAVEL_MAX_BODY_BYTES
 GAVEL_DEFAULT_RATE_PER_MINUTE = env_int("GAVEL_DEFAULT_RATE_PER_MINUTE", 6000, minimum=1)
 GAVEL_DEFAULT_RATE_BURST = env_int("GAVEL_DEFAULT_RATE_BURST", 500, minimum=1)
+# Development and tests only: also accept http:// webhook URLs.
+GAVEL_WEBHOOK_ALLOW_HTTP = env_bool("GAVEL_WEBHOOK_ALLOW_HTTP", False)
 
 # Production hardening. TLS ends at the load balancer, which sets X-Forwarded-Proto.
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

@@ -1,10 +1,11 @@
-"""Webhooks: tell a tenant's HTTPS endpoints about `approval.requested` / `approval.decided`.
+"""Webhooks: tell a tenant's HTTPS endpoints about approvals, budgets and reminders.
 
-Deliveries are rows written in the same transaction as the change they report, then sent by a
-background worker thread after commit, so a request never waits on an endpoint. Each body is
-signed: `Gavel-Signature: t=<unix time>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`. A failed
-attempt (non-2xx, timeout, refused) is retried with backoff; after the last one the delivery is
-`failed`. Every attempt's outcome is recorded on the delivery row.
+Deliveries are rows written in the same transaction as the change they report, then sent after
+commit by the process's outbox thread (console/outbox.py) and the sweep, so a request never
+waits on an endpoint. Each body is signed: `Gavel-Signature: t=<unix time>,v1=<hex
+HMAC-SHA256(secret, "<t>.<body>")>`. A failed attempt (non-2xx, timeout, refused) is retried
+with the outbox's backoff; after the last one the delivery is `failed`. Every attempt's outcome
+is recorded on the delivery row.
 """
 
 import hashlib
@@ -12,27 +13,36 @@ import hmac
 import json
 import logging
 import secrets
-import threading
 import time
-from datetime import timedelta
 from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from approvals.models import Approval, DeliveryStatus, Webhook, WebhookDelivery, WebhookEvent
+from approvals.models import (
+    Approval,
+    DeliveryStatus,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
+    WebhookFormat,
+)
 from approvals.schemas import ApprovalOut, approval_resource
+from console import outbox
 from console.errors import Invalid
 from console.services import audit
 
 log = logging.getLogger(__name__)
 
-BACKOFF_SECONDS = (5, 30, 120, 600, 3600)  # after attempts 1..5; attempt 6 is the last
-MAX_ATTEMPTS = len(BACKOFF_SECONDS) + 1
-LEASE = timedelta(seconds=60)  # a claimed delivery is not retried by another worker meanwhile
+BACKOFF_SECONDS = outbox.BACKOFF_SECONDS
+MAX_ATTEMPTS = outbox.MAX_ATTEMPTS
+LEASE = outbox.LEASE
 TIMEOUT_SECONDS = 10
+URL_MAX_LENGTH = 500
+kick_worker = outbox.kick  # wakes the outbox thread (webhooks and mail)
+stop_worker = outbox.stop
 
 
 def sign(*, secret: str, body: bytes, timestamp: int) -> str:
@@ -52,26 +62,79 @@ def verify(*, secret: str, body: bytes, header: str, tolerance: int = 300) -> bo
     return fresh and hmac.compare_digest(expected, parts.get("v1", ""))
 
 
-@transaction.atomic
-def webhook_create(*, tenant, url: str, events: list[str] | None = None, principal=None):
-    """Register an HTTPS endpoint. Returns (webhook, secret); the secret is shown once."""
+def _invalid(path: str, message: str, *, code: str = "validation_error") -> Invalid:
+    return Invalid(message, code=code, details=[{"path": path, "message": message}])
+
+
+def webhook_url_check(url: str) -> None:
+    """https:// only; http:// too with GAVEL_WEBHOOK_ALLOW_HTTP=1 (development, tests)."""
+    schemes = ("https", "http") if settings.GAVEL_WEBHOOK_ALLOW_HTTP else ("https",)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        raise _invalid("url", f"'{url}' is not a URL") from None
+    if parts.scheme not in schemes or not parts.hostname:
+        allowed = " or ".join(f"{s}://host/..." for s in schemes)
+        raise _invalid("url", f"a webhook URL must be {allowed}", code="webhook_not_https")
+    if len(url) > URL_MAX_LENGTH:
+        raise _invalid("url", f"a webhook URL has at most {URL_MAX_LENGTH} characters")
+
+
+def webhook_events_check(events: list[str]) -> None:
     known = [e.value for e in WebhookEvent]
-    events = events or known
-    unknown = sorted(set(events) - set(known))
-    if unknown:
-        raise Invalid(f"unknown webhook events: {', '.join(unknown)} (known: {', '.join(known)})")
-    parts = urlsplit(url)
-    if parts.scheme != "https" or not parts.hostname:
-        raise Invalid("a webhook URL must be https://host/...", code="webhook_not_https")
+    if not events:
+        raise _invalid("events", f"name at least one event (known: {', '.join(known)})")
+    for index, event in enumerate(events):
+        if event not in known:
+            raise _invalid(
+                f"events.{index}", f"unknown webhook event '{event}' (known: {', '.join(known)})"
+            )
+
+
+def webhook_resource(webhook: Webhook) -> dict:
+    """The management API's webhook (the secret is never part of it)."""
+    return {
+        "id": webhook.public_id,
+        "url": webhook.url,
+        "events": list(webhook.events),
+        "format": webhook.format,
+        "active": webhook.is_active,
+        "created_at": webhook.created_at,
+    }
+
+
+@transaction.atomic
+def webhook_create(
+    *,
+    tenant,
+    url: str,
+    events: list[str] | None = None,
+    format: str = WebhookFormat.GAVEL,
+    principal=None,
+    key=None,
+):
+    """Register an endpoint. Returns (webhook, secret); the secret is shown once.
+    `events` None: every event. Audited as `webhook.created` (before → after)."""
+    webhook_url_check(url)
+    events = list(dict.fromkeys(events)) if events is not None else [e.value for e in WebhookEvent]
+    webhook_events_check(events)
+    if format not in WebhookFormat.values:
+        known = ", ".join(WebhookFormat.values)
+        raise _invalid("format", f"unknown webhook format '{format}' (known: {known})")
     secret = "whsec_" + secrets.token_urlsafe(32)
-    webhook = Webhook.objects.create(tenant=tenant, url=url, secret=secret, events=events)
+    webhook = Webhook.objects.create(
+        tenant=tenant, url=url, secret=secret, events=events, format=format
+    )
+    after = {k: v for k, v in webhook_resource(webhook).items() if k != "created_at"}
     audit(
         tenant=tenant,
         action="webhook.created",
         object_type="webhook",
-        object_id=webhook.pk,
+        object_id=webhook.public_id,
         principal=principal,
-        data={"url": url, "events": events},
+        key=key,
+        data={"before": None, "after": after},
     )
     return webhook, secret
 
@@ -82,20 +145,47 @@ def _approval_payload(approval) -> dict:
     )
 
 
-def _enqueue(*, tenant_id: int, event: str, approvals) -> int:
-    hooks = [
-        h for h in Webhook.objects.filter(tenant_id=tenant_id, is_active=True) if event in h.events
-    ]
-    if not hooks:
-        return 0
+def _subscribed(*, tenant_id: int, event: str) -> list[Webhook]:
+    hooks = Webhook.objects.filter(tenant_id=tenant_id, is_active=True)
+    return [h for h in hooks if event in h.events]
+
+
+def webhook_payloads_check(*, event: str, payloads: list[dict]) -> None:
+    """A programming error, not a user's: ValueError."""
+    if event not in WebhookEvent.values:
+        raise ValueError(f"unknown webhook event {event!r}")
+    for payload in payloads:
+        if {"event", "deliveryId"} & set(payload):
+            raise ValueError("a webhook payload may not set 'event' or 'deliveryId'")
+
+
+def webhooks_enqueue(*, tenant_id: int, event: str, payloads: list[dict]) -> list:
+    """Queue one delivery per payload per active endpoint of the tenant subscribed to `event`
+    (call inside the transaction of what it reports). Each body is `{"event", "deliveryId",
+    **payload}`; sent after commit."""
+    webhook_payloads_check(event=event, payloads=payloads)
+    hooks = _subscribed(tenant_id=tenant_id, event=event) if payloads else []
+    return _deliveries_create(hooks=hooks, event=event, payloads=payloads)
+
+
+def _deliveries_create(*, hooks, event: str, payloads: list[dict]) -> list:
     rows = [
-        WebhookDelivery(webhook=h, event=event, payload={"event": event, "approval": payload})
-        for payload in (_approval_payload(a) for a in approvals)
+        WebhookDelivery(webhook=h, event=event, payload={"event": event, **payload})
+        for payload in payloads
         for h in hooks
     ]
-    WebhookDelivery.objects.bulk_create(rows)
-    transaction.on_commit(kick_worker)
-    return len(rows)
+    if rows:
+        WebhookDelivery.objects.bulk_create(rows)
+        transaction.on_commit(kick_worker)
+    return rows
+
+
+def _enqueue(*, tenant_id: int, event: str, approvals) -> int:
+    hooks = _subscribed(tenant_id=tenant_id, event=event)
+    if not hooks:
+        return 0
+    payloads = [{"approval": _approval_payload(a)} for a in approvals]
+    return len(_deliveries_create(hooks=hooks, event=event, payloads=payloads))
 
 
 def webhooks_approval_decided(*, approval_id: int) -> int:
@@ -151,12 +241,13 @@ def _post(delivery, client) -> tuple[int | None, str]:
 def _record(delivery, status_code, error, now) -> None:
     attempts = delivery.attempts + 1
     fields = {"attempts": attempts, "last_status_code": status_code, "last_error": error}
+    retry_at = outbox.next_attempt(attempts=attempts, now=now)
     if not error:
         fields.update(status=DeliveryStatus.DELIVERED, delivered_at=now)
-    elif attempts >= MAX_ATTEMPTS:
+    elif retry_at is None:
         fields.update(status=DeliveryStatus.FAILED)
     else:
-        fields.update(next_attempt_at=now + timedelta(seconds=BACKOFF_SECONDS[attempts - 1]))
+        fields.update(next_attempt_at=retry_at)
     WebhookDelivery.objects.filter(pk=delivery.pk).update(**fields)
 
 
@@ -182,59 +273,11 @@ def webhook_deliveries_run_due(*, now=None, client: httpx.Client | None = None, 
     return attempted
 
 
-def _seconds_to_next_due() -> float:
-    nxt = (
+def webhook_next_due():
+    """When the soonest pending delivery is due (None: nothing pending)."""
+    return (
         WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING)
         .order_by("next_attempt_at")
         .values_list("next_attempt_at", flat=True)
         .first()
     )
-    if nxt is None:
-        return 30.0
-    return min(30.0, max(0.0, (nxt - timezone.now()).total_seconds()))
-
-
-_wake = threading.Event()
-_stop = threading.Event()
-_worker_lock = threading.Lock()
-_worker: threading.Thread | None = None
-
-
-def _worker_loop() -> None:
-    while not _stop.is_set():
-        _wake.clear()
-        try:
-            webhook_deliveries_run_due()
-            wait = _seconds_to_next_due()
-        except Exception:  # keep the worker alive: the rows say what is left to do
-            log.exception("webhook worker iteration failed")
-            wait = 5.0
-        finally:
-            close_old_connections()
-        _wake.wait(timeout=wait)
-    connection.close()
-
-
-def kick_worker() -> None:
-    """Wake (and on first use start) this process's delivery thread. Disabled with
-    GAVEL_WEBHOOK_WORKER=False (tests call webhook_deliveries_run_due themselves)."""
-    global _worker
-    if not getattr(settings, "GAVEL_WEBHOOK_WORKER", True):
-        return
-    with _worker_lock:
-        if _worker is None or not _worker.is_alive():
-            _stop.clear()
-            _worker = threading.Thread(target=_worker_loop, name="gavel-webhooks", daemon=True)
-            _worker.start()
-    _wake.set()
-
-
-def stop_worker(timeout: float = 5.0) -> None:
-    """Stop this process's delivery thread (tests; a clean shutdown)."""
-    global _worker
-    with _worker_lock:
-        worker, _worker = _worker, None
-    if worker is not None:
-        _stop.set()
-        _wake.set()
-        worker.join(timeout)

@@ -1,8 +1,11 @@
 """Expire the approvals past their time (fail closed: `expired`, the rejection message), and
-send the webhook deliveries that are due. Once, or `--loop` every `--interval` seconds.
+send what the outboxes hold that is due (webhook deliveries, mail). Once, or `--loop` every
+`--interval` seconds.
 
 Long-polls expire their own run's calls at the moment they expire and every read expires
 lazily, so this sweep is for calls nobody is reading (the nav count, webhooks, the audit log).
+The outboxes are also sent by each server process's own thread right after commit; the sweep
+is what sends them after a crash or a restart (console/outbox.py).
 """
 
 import time
@@ -11,11 +14,11 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
 from approvals.services.expiry import approvals_expire_due
-from approvals.services.webhooks import webhook_deliveries_run_due
+from console import outbox
 
 
 class Command(BaseCommand):
-    help = "Expire pending approvals past their expiry and send due webhook deliveries."
+    help = "Expire pending approvals past their expiry and send due webhook deliveries and mail."
 
     def add_arguments(self, parser):
         parser.add_argument("--loop", action="store_true", help="keep sweeping until stopped")
@@ -28,11 +31,10 @@ class Command(BaseCommand):
             raise CommandError("--interval must be a positive number of seconds")
         while True:
             expired = approvals_expire_due()
-            sent = webhook_deliveries_run_due()
-            if expired or sent or not loop:
-                self.stdout.write(
-                    f"expired {expired} approvals, attempted {sent} webhook deliveries"
-                )
+            sent = outbox.run_due()
+            if expired or any(sent.values()) or not loop:
+                attempted = ", ".join(f"{n} {name}" for name, n in sent.items())
+                self.stdout.write(f"expired {expired} approvals, attempted {attempted}")
             if not loop:
                 return
             close_old_connections()
