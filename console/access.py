@@ -216,3 +216,27 @@ def approval_for_decider(*, viewer: Viewer, approval_id: str):
         raise NotFound(f"no approval '{approval_id}'", code="approval_not_found")
     may_decide(viewer, approval)
     return approval
+
+
+def acting_principal(viewer: Viewer) -> Principal:
+    """The principal a viewer acts as (a key: the one it is bound to)."""
+    principal = viewer.principal if isinstance(viewer, ApiKey) else viewer
+    if principal is None or not principal.is_active:
+        raise Forbidden("this needs a key bound to an active principal")
+    return principal
+
+
+def notifications_of(*, viewer: Viewer) -> QuerySet:
+    """A principal's own notifications (a key: its bound principal's). Nobody reads another's."""
+    from notifications.models import Notification
+
+    principal = acting_principal(viewer)
+    return Notification.objects.filter(tenant_id=principal.tenant_id, principal=principal)
+
+
+def notification_for(*, viewer: Viewer, notification_id: str):
+    """One of the viewer's own notifications: another principal's or tenant's is NotFound."""
+    notification = notifications_of(viewer=viewer).filter(public_id=notification_id).first()
+    if notification is None:
+        raise NotFound(f"no notification '{notification_id}'", code="notification_not_found")
+    return notification

@@ -19,6 +19,7 @@ from approvals.api import router as approvals_router
 from approvals.api_webhooks import router as webhooks_router
 from console import access
 from console.errors import GavelError
+from notifications.api import router as notifications_router
 from runs.api import router as runs_router
 from runs.api_state import router as runs_state_router
 
@@ -192,3 +193,4 @@ api.add_router("/", runs_router)
 api.add_router("/", runs_state_router)  # states and outcomes
 api.add_router("/", approvals_router)
 api.add_router("/", webhooks_router)
+api.add_router("/", notifications_router)

@@ -39,7 +39,9 @@ CLOSE_DENIED = 4403  # anonymous, signed out, deactivated, missing capability
 CLOSE_NOT_FOUND = 4404  # another tenant's object, or none
 RECHECK_SECONDS = float(os.environ.get("GAVEL_WS_RECHECK_SECONDS", "10"))
 RENDER_TTL = 10.0  # seconds a render stays shared between the sockets of one process
-LAYER_EVENTS = frozenset({"run.updated", "approvals.updated", "sockets.close"})
+LAYER_EVENTS = frozenset(
+    {"run.updated", "approvals.updated", "sockets.close", "notifications.updated"}
+)
 
 
 class Refused(Exception):
@@ -113,6 +115,13 @@ def nav_count_html(viewer) -> str:
     return oob("base.html#nav-pending-count", nav_pending_count_context(viewer=viewer))
 
 
+def nav_unread_html(viewer) -> str:
+    """The bell's count (`base.html#nav-notification-count`): one principal's, never shared."""
+    from notifications.selectors import nav_unread_count_context
+
+    return oob("base.html#nav-notification-count", nav_unread_count_context(viewer=viewer))
+
+
 def nav_audience(viewer) -> str:
     return "count" if access.can(viewer, "view_runs") or access.can(viewer, "decide") else "none"
 
@@ -160,6 +169,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         for group in self.joined:
             await fanout.join(group, self)
         await self.accept()
+        await self.push(await database_sync_to_async(nav_unread_html)(self.viewer))
         await self.send_state()
         while self.backlog:  # in the order heard; nothing can overtake them
             await self._handle(self.backlog.pop(0))
@@ -248,6 +258,13 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def render(self, key, compute, *args) -> str:
         return await RENDERS.get(key, compute, *args)
+
+    async def notifications_updated(self, message):
+        """Every page's bell: this principal's notifications were added or read."""
+        if not self.first_time(message) or message.get("principal") != self.viewer.pk:
+            return
+        key = (message.get("id"), "bell", self.viewer.pk)
+        await self.push(await RENDERS.get(key, nav_unread_html, self.viewer))
 
     # --- hygiene ---
 

@@ -1,5 +1,7 @@
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
+from console import links
+
 # Only our own scripts and styles; images may be inline data (from `$bytes` envelopes).
 CSP = "; ".join(
     [
@@ -212,3 +214,33 @@ class MessageMiddleware(OnTheLoop, messages_middleware.MessageMiddleware):
 
 class XFrameOptionsMiddleware(OnTheLoop, clickjacking.XFrameOptionsMiddleware):
     pass
+
+
+class RequestBaseMiddleware:
+    """Remembers the request for the code under it (`console.links`: without
+    GAVEL_PUBLIC_URL, links in mail point at the address of the request that caused them).
+    Sync and async capable, like every middleware here."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
+
+    def __call__(self, request):
+        if iscoroutinefunction(self):
+            return self._acall(request)
+        token = links.current_request.set(request)
+        try:
+            return self.get_response(request)
+        finally:
+            links.current_request.reset(token)
+
+    async def _acall(self, request):
+        token = links.current_request.set(request)
+        try:
+            return await self.get_response(request)
+        finally:
+            links.current_request.reset(token)

@@ -1,8 +1,9 @@
 """The only code that touches the channel layer: the publisher, and the listeners' fan-out.
 
-Services call `run_changed` / `approvals_changed` (deferred to `transaction.on_commit`).
-Messages are small dicts of ids and facts, never HTML, never content. Sockets and the
-decisions long-poll listen through `Fanout` (one layer subscription per group per process).
+Services call `run_changed` / `approvals_changed` / `notifications_changed` (deferred to
+`transaction.on_commit`). Messages are small dicts of ids and facts, never HTML, never
+content. Sockets and the decisions long-poll listen through `Fanout` (one layer subscription
+per group per process).
 docs/realtime.md lists every event and its group.
 
 Publishing is safe from every context: from async code (a task on the running loop), from a
@@ -165,6 +166,16 @@ def approvals_changed(*, run, approval_ids: list[str], change: str) -> None:
     publish_on_commit(
         [inbox_group(run.tenant_id), run_group(run.tenant_id, run.external_id)], message
     )
+
+
+def notifications_changed(*, principals) -> None:
+    """Principals' notifications were added or read: each one's bell count is stale. Sent to
+    the user group of each principal that signs in (ids only, one message per principal)."""
+    for principal in principals:
+        if principal.user_id is None:
+            continue
+        message = {"type": "notifications.updated", "principal": principal.pk}
+        publish_on_commit([user_group(principal.user_id)], message)
 
 
 def _loaded(instance, relation: str) -> bool:

@@ -108,6 +108,84 @@ def env_database(name: str) -> dict:
     return config
 
 
+# EMAIL_URL schemes: (TLS, SSL, default port). dj-email-url parses the rest of the URL.
+EMAIL_SCHEMES = {
+    "smtp": (False, False, 25),
+    "smtp+tls": (True, False, 587),
+    "smtp+ssl": (False, True, 465),
+}
+
+
+def env_email(name: str) -> dict:
+    """Django's EMAIL_* settings from a URL; unset: every mail is written to the server log."""
+    url = os.environ.get(name, "").strip()
+    if not url:
+        return {"EMAIL_BACKEND": "notifications.mail.LogEmailBackend"}
+    return email_url_settings(url, name=name)
+
+
+def email_url_settings(url: str, *, name: str = "EMAIL_URL") -> dict:
+    """`smtp://host:port`, `smtp+tls://user:password@host:port`, `smtp+ssl://…` (user and
+    password percent-encoded; `?timeout=S`, default 10) → Django's EMAIL_* settings."""
+    from urllib.parse import urlsplit
+
+    import dj_email_url
+
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in EMAIL_SCHEMES:
+        raise ImproperlyConfigured(
+            f"{name} must be an smtp://, smtp+tls:// or smtp+ssl:// URL, not {url!r}"
+        )
+    tls, ssl, default_port = EMAIL_SCHEMES[scheme.lower()]
+    try:
+        parts = urlsplit(f"smtp://{rest}")
+        port = parts.port
+        config = dj_email_url.parse(f"smtp://{rest}")
+    except ValueError as exc:  # a port that is not a number, a timeout that is not one
+        raise ImproperlyConfigured(f"{name} is not a valid mail URL: {exc}") from None
+    if not parts.hostname:
+        raise ImproperlyConfigured(f"{name} names no mail server host")
+    config["EMAIL_USE_TLS"] = config["EMAIL_USE_TLS"] or tls
+    config["EMAIL_USE_SSL"] = config["EMAIL_USE_SSL"] or ssl
+    if config["EMAIL_USE_TLS"] and config["EMAIL_USE_SSL"]:
+        raise ImproperlyConfigured(f"{name} asks for both TLS and SSL: choose one")
+    config["EMAIL_PORT"] = port or default_port
+    config["EMAIL_TIMEOUT"] = config["EMAIL_TIMEOUT"] or 10
+    config["EMAIL_HOST_USER"] = config["EMAIL_HOST_USER"] or ""
+    config["EMAIL_HOST_PASSWORD"] = config["EMAIL_HOST_PASSWORD"] or ""
+    config.pop("EMAIL_FILE_PATH", None)
+    return config
+
+
+def env_from_email(name: str, default: str) -> str:
+    from email.utils import parseaddr
+
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if "@" not in parseaddr(raw)[1]:
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} is not a mail address (e.g. gavel@example.com or "
+            "'Gavel <gavel@example.com>')"
+        )
+    return raw
+
+
+def env_public_url(name: str) -> str:
+    """The base of every link the console sends out (mail, webhooks, notifications)."""
+    from urllib.parse import urlsplit
+
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return ""
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} must be an http:// or https:// address such as https://gavel.example.com"
+        )
+    return raw.rstrip("/")
+
+
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_secret("SECRET_KEY", debug=DEBUG)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
@@ -129,6 +207,7 @@ INSTALLED_APPS = [
     "console",
     "runs",
     "approvals",
+    "notifications",
 ]
 
 # Django's own middleware through console.middleware: the same classes, with hooks that run on
@@ -140,6 +219,7 @@ MIDDLEWARE = [
     "console.middleware.AsyncWhiteNoiseMiddleware",  # WhiteNoise, async-capable
     "console.middleware.SessionMiddleware",
     "console.middleware.CommonMiddleware",
+    "console.middleware.RequestBaseMiddleware",  # links in mail: the request's address
     "console.middleware.CsrfViewMiddleware",
     "console.middleware.AuthenticationMiddleware",
     "console.middleware.MessageMiddleware",
@@ -219,6 +299,22 @@ GAVEL_MAX_BODY_BYTES = env_int("GAVEL_MAX_BODY_BYTES", 2 * 1024 * 1024, minimum=
 DATA_UPLOAD_MAX_MEMORY_SIZE = GAVEL_MAX_BODY_BYTES
 GAVEL_DEFAULT_RATE_PER_MINUTE = env_int("GAVEL_DEFAULT_RATE_PER_MINUTE", 6000, minimum=1)
 GAVEL_DEFAULT_RATE_BURST = env_int("GAVEL_DEFAULT_RATE_BURST", 500, minimum=1)
+
+# Outgoing mail (sent after commit by the outbox thread and the sweep, never in a request).
+_EMAIL = env_email("EMAIL_URL")
+EMAIL_BACKEND = _EMAIL["EMAIL_BACKEND"]
+EMAIL_HOST = _EMAIL.get("EMAIL_HOST") or "localhost"
+EMAIL_PORT = _EMAIL.get("EMAIL_PORT") or 25
+EMAIL_HOST_USER = _EMAIL.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = _EMAIL.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = _EMAIL.get("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = _EMAIL.get("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = _EMAIL.get("EMAIL_TIMEOUT", 10)
+DEFAULT_FROM_EMAIL = env_from_email("DEFAULT_FROM_EMAIL", "Gavel <gavel@localhost>")
+SERVER_EMAIL = DEFAULT_FROM_EMAIL
+# The base of links in mail, webhooks and notifications ("" = the request's address, else
+# http://localhost:8000).
+GAVEL_PUBLIC_URL = env_public_url("GAVEL_PUBLIC_URL")
 # Development and tests only: also accept http:// webhook URLs.
 GAVEL_WEBHOOK_ALLOW_HTTP = env_bool("GAVEL_WEBHOOK_ALLOW_HTTP", False)
 

@@ -13,4 +13,5 @@ urlpatterns = [
     path("manage/", views.manage, name="manage"),
     path("", include("runs.urls")),
     path("", include("approvals.urls")),
+    path("", include("notifications.urls")),
 ]

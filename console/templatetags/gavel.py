@@ -8,6 +8,7 @@ from django import template
 
 from approvals.selectors import nav_pending_count_context
 from console import access, formatting
+from notifications.selectors import nav_unread_count_context
 
 register = template.Library()
 
@@ -22,6 +23,12 @@ def can(viewer, capability: str) -> bool:
 def nav_pending_count(viewer) -> int:
     """The navigation's pending count (the partial `base.html#nav-pending-count`)."""
     return nav_pending_count_context(viewer=viewer)["nav_pending_count"]
+
+
+@register.simple_tag
+def nav_unread_count(viewer) -> int:
+    """The bell's unread count (the partial `base.html#nav-notification-count`)."""
+    return nav_unread_count_context(viewer=viewer)["nav_unread_count"]
 
 
 for _name in (

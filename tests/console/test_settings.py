@@ -162,3 +162,69 @@ def test_a_bad_debug_value_stops_manage_py_naming_the_variable(tmp_path):
     done = manage("check", env={"DEBUG": "perhaps", "GAVEL_VAR_DIR": str(tmp_path)})
     assert done.returncode != 0
     assert "DEBUG='perhaps' is not a boolean" in done.stderr
+
+
+def test_mail_goes_to_the_log_when_email_url_is_unset(load_settings, monkeypatch):
+    monkeypatch.delenv("EMAIL_URL", raising=False)
+    settings = load_settings(DEBUG="1")
+    assert settings.EMAIL_BACKEND == "notifications.mail.LogEmailBackend"
+    assert settings.DEFAULT_FROM_EMAIL == "Gavel <gavel@localhost>"
+    assert settings.GAVEL_PUBLIC_URL == "" and settings.GAVEL_WEBHOOK_ALLOW_HTTP is False
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("smtp://mail.example:2525", {"EMAIL_HOST": "mail.example", "EMAIL_PORT": 2525}),
+        ("smtp://mail.example", {"EMAIL_PORT": 25, "EMAIL_USE_TLS": False}),
+        (
+            "smtp+tls://bot%40example.com:p%40ss@mail.example",
+            {
+                "EMAIL_PORT": 587,
+                "EMAIL_USE_TLS": True,
+                "EMAIL_USE_SSL": False,
+                "EMAIL_HOST_USER": "bot@example.com",
+                "EMAIL_HOST_PASSWORD": "p@ss",
+            },
+        ),
+        ("smtp+ssl://u:p@mail.example:4650", {"EMAIL_PORT": 4650, "EMAIL_USE_SSL": True}),
+        ("smtp+ssl://mail.example?timeout=3", {"EMAIL_PORT": 465, "EMAIL_TIMEOUT": 3}),
+    ],
+)
+def test_email_url_configures_django_mail(load_settings, url, expected):
+    settings = load_settings(DEBUG="1", EMAIL_URL=url)
+    assert settings.EMAIL_BACKEND == "django.core.mail.backends.smtp.EmailBackend"
+    for name, value in expected.items():
+        assert getattr(settings, name) == value, name
+    assert settings.EMAIL_TIMEOUT == expected.get("EMAIL_TIMEOUT", 10)  # noqa: SIM300
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("EMAIL_URL", "http://mail.example"),
+        ("EMAIL_URL", "mail.example:25"),
+        ("EMAIL_URL", "smtp://mail.example:notaport"),
+        ("EMAIL_URL", "smtp://"),
+        ("EMAIL_URL", "smtp+tls://mail.example?ssl=1"),
+        ("DEFAULT_FROM_EMAIL", "not an address"),
+        ("GAVEL_PUBLIC_URL", "gavel.example.com"),
+        ("GAVEL_PUBLIC_URL", "ftp://gavel.example.com"),
+        ("GAVEL_WEBHOOK_ALLOW_HTTP", "perhaps"),
+    ],
+)
+def test_bad_mail_and_link_settings_stop_start_up_naming_the_variable(load_settings, name, value):
+    with pytest.raises(ImproperlyConfigured, match=name):
+        load_settings(DEBUG="1", **{name: value})
+
+
+def test_public_url_and_sender(load_settings):
+    settings = load_settings(
+        DEBUG="1",
+        GAVEL_PUBLIC_URL="https://gavel.example.com/",
+        DEFAULT_FROM_EMAIL="Gavel <alerts@gavel.example.com>",
+        GAVEL_WEBHOOK_ALLOW_HTTP="1",
+    )
+    assert settings.GAVEL_PUBLIC_URL == "https://gavel.example.com"
+    assert settings.DEFAULT_FROM_EMAIL == "Gavel <alerts@gavel.example.com>"
+    assert settings.GAVEL_WEBHOOK_ALLOW_HTTP is True

@@ -1,0 +1,110 @@
+"""Reads of notifications: the API list, the page, the bell's count. Each through
+console/access.py (a principal's own notifications only)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import datetime
+
+from django.db.models import Q
+
+from console import access
+from console.errors import Forbidden, Invalid
+
+PAGE_SIZE = 50
+
+
+def cursor_encode(notification) -> str:
+    raw = json.dumps([notification.at.isoformat(), notification.pk]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def cursor_decode(cursor: str, *, path: str = "query.cursor") -> tuple[datetime, int]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at, pk = json.loads(raw)
+        at = datetime.fromisoformat(at)
+        if not isinstance(pk, int) or isinstance(pk, bool) or at.tzinfo is None:
+            raise ValueError
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        raise Invalid(
+            "the cursor is not one this server issued",
+            code="validation_error",
+            details=[{"path": path, "message": "invalid cursor"}],
+        ) from None
+    return at, pk
+
+
+def notification_resource(notification) -> dict:
+    return {
+        "id": notification.public_id,
+        "kind": notification.kind,
+        "at": notification.at,
+        "title": notification.title,
+        "body": notification.body,
+        "url": notification.url,
+        "read": notification.read_at is not None,
+    }
+
+
+def _page(*, viewer, unread: bool | None, limit: int, cursor: str | None, path: str):
+    """One page, newest first, keyset on (at, id): (rows, next cursor or None)."""
+    qs = access.notifications_of(viewer=viewer)
+    if unread is not None:
+        qs = qs.filter(read_at__isnull=unread)
+    if cursor:
+        at, pk = cursor_decode(cursor, path=path)
+        qs = qs.filter(Q(at__lt=at) | Q(at=at, id__lt=pk))
+    rows = list(qs.order_by("-at", "-id")[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, (cursor_encode(rows[-1]) if more else None)
+
+
+def notifications_list(
+    *, viewer, unread: bool | None = None, limit: int = PAGE_SIZE, cursor: str | None = None
+) -> dict:
+    """`GET /api/v1/notifications`: the viewer's own, newest first (`unread` True: unread
+    only; False: read only; None: all)."""
+    rows, next_cursor = _page(
+        viewer=viewer, unread=unread, limit=limit, cursor=cursor, path="query.cursor"
+    )
+    return {"items": [notification_resource(n) for n in rows], "next_cursor": next_cursor}
+
+
+def nav_unread_count_context(*, viewer) -> dict:
+    """`base.html#nav-notification-count`: the viewer's unread notifications."""
+    try:
+        unread = access.notifications_of(viewer=viewer).filter(read_at__isnull=True)
+    except Forbidden:
+        return {"nav_unread_count": 0}
+    return {"nav_unread_count": unread.count()}
+
+
+def notification_item_context(*, notification) -> dict:
+    """`notifications/list.html#notification`: one item (its id: notification-<publicId>)."""
+    return {"item": notification}
+
+
+def notifications_page_context(*, viewer, show: str = "all", cursor: str = "") -> dict:
+    """`notifications/list.html#notification-list`: a page of the viewer's notifications
+    (`show`: all | unread) with the cursor of the next (older) page."""
+    if show not in ("all", "unread"):
+        raise Invalid(f"show must be 'all' or 'unread', not '{show}'", code="invalid_filter")
+    rows, older = _page(
+        viewer=viewer,
+        unread=True if show == "unread" else None,
+        limit=PAGE_SIZE,
+        cursor=cursor or None,
+        path="cursor",
+    )
+    unread = access.notifications_of(viewer=viewer).filter(read_at__isnull=True).count()
+    return {
+        "items": rows,
+        "show": show,
+        "older_cursor": older,
+        "first_page": not cursor,
+        "unread_count": unread,
+    }

@@ -1,0 +1,11 @@
+from django.urls import path
+
+from notifications import views
+
+app_name = "notifications"
+
+urlpatterns = [
+    path("notifications/", views.notifications_page, name="list"),
+    path("notifications/read-all/", views.notifications_read_all, name="read-all"),
+    path("notifications/<str:notification_id>/read/", views.notification_read, name="read"),
+]
