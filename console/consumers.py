@@ -169,7 +169,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
         for group in self.joined:
             await fanout.join(group, self)
         await self.accept()
-        await self.push(await database_sync_to_async(nav_unread_html)(self.viewer))
+        # The bell's count rides in the first frame of the state (every page has the bell).
+        self.bell = await database_sync_to_async(nav_unread_html)(self.viewer)
         await self.send_state()
         while self.backlog:  # in the order heard; nothing can overtake them
             await self._handle(self.backlog.pop(0))
@@ -249,11 +250,18 @@ class LiveConsumer(AsyncWebsocketConsumer):
         return True
 
     async def push(self, html: str) -> None:
+        html = self._with_bell(html)
         if html.strip():
             await self.send(text_data=html)
 
+    def _with_bell(self, html: str) -> str:
+        bell, self.bell = getattr(self, "bell", ""), ""
+        return bell + html
+
     async def control(self, kind: str, **facts) -> None:
         """A JSON frame for live.js (never swapped): hello, resync."""
+        if getattr(self, "bell", ""):  # a state that pushed nothing: the bell goes first
+            await self.push("")
         await self.send(text_data=json.dumps({"live": kind, **facts}))
 
     async def render(self, key, compute, *args) -> str:
