@@ -14,6 +14,7 @@ from django.db.models import QuerySet
 from approvals.models import Approval
 from console.errors import Forbidden, NotFound
 from console.models import CAPABILITIES, ApiKey, Principal
+from notifications.models import Notification
 from runs.models import Run
 
 Viewer = Principal | ApiKey
@@ -218,19 +219,12 @@ def approval_for_decider(*, viewer: Viewer, approval_id: str):
     return approval
 
 
-def acting_principal(viewer: Viewer) -> Principal:
-    """The principal a viewer acts as (a key: the one it is bound to)."""
-    principal = viewer.principal if isinstance(viewer, ApiKey) else viewer
-    if principal is None or not principal.is_active:
-        raise Forbidden("this needs a key bound to an active principal")
-    return principal
-
-
 def notifications_of(*, viewer: Viewer) -> QuerySet:
-    """A principal's own notifications (a key: its bound principal's). Nobody reads another's."""
-    from notifications.models import Notification
-
+    """A principal's own notifications (a key: its bound principal's). Nobody reads another's;
+    a runtime's key, bound to no one, has none to read."""
     principal = acting_principal(viewer)
+    if principal is None or not principal.is_active:
+        raise Forbidden("notifications are a principal's: this key is bound to no active one")
     return Notification.objects.filter(tenant_id=principal.tenant_id, principal=principal)
 
 

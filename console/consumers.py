@@ -33,6 +33,7 @@ from django.template.loader import render_to_string
 from approvals.selectors import nav_pending_count_context
 from console import access, realtime
 from console.errors import Forbidden, NotFound
+from notifications.selectors import nav_unread_count_context
 
 log = logging.getLogger(__name__)
 CLOSE_DENIED = 4403  # anonymous, signed out, deactivated, missing capability
@@ -117,8 +118,6 @@ def nav_count_html(viewer) -> str:
 
 def nav_unread_html(viewer) -> str:
     """The bell's count (`base.html#nav-notification-count`): one principal's, never shared."""
-    from notifications.selectors import nav_unread_count_context
-
     return oob("base.html#nav-notification-count", nav_unread_count_context(viewer=viewer))
 
 

@@ -5,9 +5,12 @@ Every variable is listed in README.md and .env.example.
 
 import os
 import secrets
+from email.utils import parseaddr
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
+import dj_email_url
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -127,10 +130,6 @@ def env_email(name: str) -> dict:
 def email_url_settings(url: str, *, name: str = "EMAIL_URL") -> dict:
     """`smtp://host:port`, `smtp+tls://user:password@host:port`, `smtp+ssl://…` (user and
     password percent-encoded; `?timeout=S`, default 10) → Django's EMAIL_* settings."""
-    from urllib.parse import urlsplit
-
-    import dj_email_url
-
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() not in EMAIL_SCHEMES:
         raise ImproperlyConfigured(
@@ -158,8 +157,6 @@ def email_url_settings(url: str, *, name: str = "EMAIL_URL") -> dict:
 
 
 def env_from_email(name: str, default: str) -> str:
-    from email.utils import parseaddr
-
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -173,8 +170,6 @@ def env_from_email(name: str, default: str) -> str:
 
 def env_public_url(name: str) -> str:
     """The base of every link the console sends out (mail, webhooks, notifications)."""
-    from urllib.parse import urlsplit
-
     raw = os.environ.get(name, "").strip()
     if not raw:
         return ""

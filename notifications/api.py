@@ -6,7 +6,7 @@ from typing import Annotated
 
 from ninja import Field, Query, Router
 
-from console.api import manage_auth
+from console.auth import manage_auth
 from console.schemas import CamelSchema, errors
 from notifications.models import NotificationKind
 from notifications.selectors import notification_resource, notifications_list
