@@ -169,3 +169,25 @@ class AuditEvent(models.Model):
 
     def delete(self, *args, **kwargs):
         raise ValueError("audit events are append-only")
+
+
+class SigninThrottle(models.Model):
+    """Failed sign-in attempts of one account or one address in the current window, and the
+    lock they caused (console/signin.py). One row per (scope, key), changed only by atomic
+    upserts and conditional updates, so every process counts the same attempts."""
+
+    ACCOUNT = "account"
+    ADDRESS = "address"
+
+    scope = models.CharField(max_length=16)  # ACCOUNT or ADDRESS
+    key = models.CharField(max_length=64)  # SHA-256 of the username or address, hex
+    window_start = models.DateTimeField()
+    failures = models.PositiveIntegerField(default=0)  # in the window, in-flight ones included
+    locked_until = models.DateTimeField(null=True, blank=True)
+    refused_audited_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "key"], name="signin_throttle_unique")
+        ]
+        indexes = [models.Index(fields=["window_start"], name="signin_throttle_window")]

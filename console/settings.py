@@ -313,6 +313,16 @@ GAVEL_PUBLIC_URL = env_public_url("GAVEL_PUBLIC_URL")
 # Development and tests only: also accept http:// webhook URLs.
 GAVEL_WEBHOOK_ALLOW_HTTP = env_bool("GAVEL_WEBHOOK_ALLOW_HTTP", False)
 
+# Sign-in protection (the contract's numbers): 5 failures for one account or 20 from one
+# address within the window lock it for the lockout period.
+GAVEL_SIGNIN_ACCOUNT_FAILURES = 5
+GAVEL_SIGNIN_ADDRESS_FAILURES = 20
+GAVEL_SIGNIN_WINDOW_SECONDS = 15 * 60
+GAVEL_SIGNIN_LOCKOUT_SECONDS = 15 * 60
+# How many proxies (load balancers) in front of the app append to X-Forwarded-For; 0: the
+# client's address is REMOTE_ADDR and X-Forwarded-For is not read at all.
+GAVEL_TRUSTED_PROXIES = env_int("GAVEL_TRUSTED_PROXIES", 0)
+
 # Production hardening. TLS ends at the load balancer, which sets X-Forwarded-Proto.
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_CONTENT_TYPE_NOSNIFF = True

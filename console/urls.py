@@ -1,12 +1,15 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from console import views
+from console import accounts, views
 from console.api import api
 
 urlpatterns = [
     path("api/v1/", api.urls),
+    # Every password sign-in passes the lockout: Django admin's login page is ours too.
+    path("django-admin/login/", accounts.sign_in),
     path("django-admin/", admin.site.urls),
+    path("accounts/login/", accounts.sign_in, name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", views.home, name="home"),
     path("budgets/", views.budgets, name="budgets"),
