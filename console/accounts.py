@@ -1,17 +1,24 @@
-"""The sign-in pages: /accounts/login/ with the lockout, and their audit rows.
+"""The sign-in pages: /accounts/login/ with the lockout, re-authentication for sensitive
+actions (`require_recent_auth`, /accounts/reauth/), and their audit rows.
 
-Every password check of the browser goes through `password_attempt` (sign-in and, later,
-re-authentication): the lockout first (console/signin.py), then Django's authentication,
-then `signin.failed` / `signin.succeeded` in the audit log of every tenant the login belongs
-to. A username that names no login is audited nowhere (no tenant owns it): it is logged.
+Every password check of the browser goes through `password_attempt` (sign-in and
+re-authentication): the lockout first (console/signin.py), then the password, then
+`signin.failed` / `signin.succeeded` in the audit log of every tenant the login belongs to. A
+username that names no login is audited nowhere (no tenant owns it): it is logged.
 """
 
 import logging
 from datetime import UTC, timedelta
+from functools import wraps
+from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.views import LoginView
-from django.shortcuts import render
+from django.contrib.auth.views import LoginView, redirect_to_login
+from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import never_cache
+from django.views.decorators.debug import sensitive_post_parameters
 
 from console import signin
 from console.models import Principal
@@ -20,6 +27,9 @@ from console.services import audit
 log = logging.getLogger(__name__)
 USERNAME_LIMIT = 150  # characters of a tried username kept in the audit log (Django's maximum)
 USER_AGENT_LIMIT = 256
+# The password field of the re-authentication prompt: a name no form of ours uses, so that a
+# re-posted form keeps its own fields (a "new password" form has a `password` of its own).
+REAUTH_FIELD = "gavel_reauth_password"
 
 
 def _facts(request, *, username: str, **extra) -> dict:
@@ -129,3 +139,128 @@ class SignInView(LoginView):
 
 
 sign_in = SignInView.as_view()
+
+
+# --- re-authentication for sensitive actions ---
+
+
+def _safe_next(request, raw: str | None) -> str:
+    if raw and url_has_allowed_host_and_scheme(
+        raw, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return raw
+    return "/"
+
+
+def _reauthenticate(request, password: str):
+    """Check the signed-in user's password under the lockout; on success the session's
+    sign-in time is now. Returns (a 429 response or None, whether it was right)."""
+    user = request.user
+    refused, ok = password_attempt(
+        request,
+        username=user.get_username(),
+        check=lambda: user.is_active and user.check_password(password),
+        reauth=True,
+    )
+    if refused is not None:
+        return locked_page(request, refused), False
+    if ok:
+        signin.auth_record(request.session)
+    return None, ok
+
+
+def _prompt(request, *, action: str, fields, error: bool = False, again: bool = False):
+    """The password prompt. `fields`: (name, value) pairs it carries as hidden inputs, so the
+    original form is posted again, whole, with the password. For htmx the prompt replaces the
+    page's main content (a plain form: its submit is a normal page load)."""
+    context = {
+        "action": action,
+        "fields": fields,
+        "field": REAUTH_FIELD,
+        "error": error,
+        "again": again,
+        "minutes": settings.GAVEL_REAUTH_SECONDS // 60,
+    }
+    if getattr(request, "htmx", False):
+        response = render(request, "registration/reauth.html#reauth", context)
+        response["HX-Retarget"] = "#main"
+        response["HX-Reswap"] = "innerHTML"
+        return response
+    return render(request, "registration/reauth.html", context)
+
+
+def _replayed(post) -> list[tuple[str, str]]:
+    return [
+        (name, value)
+        for name, values in post.lists()
+        if name not in ("csrfmiddlewaretoken", REAUTH_FIELD)
+        for value in values
+    ]
+
+
+def _without_password(request) -> None:
+    if REAUTH_FIELD in request.POST:
+        post = request.POST.copy()
+        del post[REAUTH_FIELD]
+        post._mutable = False
+        request.POST = post
+
+
+def require_recent_auth(view):
+    """For a sensitive browser action (role or capability changes, key or webhook creation,
+    deactivation, tenant settings): the session must have proved its password within
+    GAVEL_REAUTH_SECONDS. If not, a GET goes to /accounts/reauth/?next=<this page>; a POST
+    answers a password prompt that carries the form's fields and posts them again, whole,
+    to this URL with the password, so the action resumes in one step (nothing is stored on
+    the server; a form with files is asked to be submitted again instead). A wrong password
+    prompts again (audited, under the lockout). Put it below `viewer_view`."""
+
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if signin.auth_is_recent(request.session):
+            _without_password(request)
+            return view(request, *args, **kwargs)
+        if request.method in ("GET", "HEAD", "OPTIONS"):
+            return redirect(f"{signin.REAUTH_URL}?{urlencode({'next': request.get_full_path()})}")
+        if request.method != "POST" or request.FILES:
+            # Not replayable here: confirm, then come back to the page and submit again.
+            back = request.headers.get("HX-Current-URL") or request.headers.get("Referer")
+            fields = [("next", _safe_next(request, back))]
+            return _prompt(request, action=signin.REAUTH_URL, fields=fields, again=True)
+        password = request.POST.get(REAUTH_FIELD)
+        if password is not None:
+            locked, ok = _reauthenticate(request, password)
+            if locked is not None:
+                return locked
+            if ok:
+                _without_password(request)
+                return view(request, *args, **kwargs)
+        return _prompt(
+            request,
+            action=request.get_full_path(),
+            fields=_replayed(request.POST),
+            error=password is not None,
+        )
+
+    return sensitive_post_parameters(REAUTH_FIELD)(wrapped)
+
+
+@never_cache
+@sensitive_post_parameters(REAUTH_FIELD)
+def reauth(request):
+    """/accounts/reauth/?next=...: the password again, then back to `next` (a safe, local
+    URL; else home)."""
+    if not request.user.is_authenticated:
+        return redirect_to_login(request.get_full_path())
+    next_url = _safe_next(request, request.POST.get("next") or request.GET.get("next"))
+    fields = [("next", next_url)]
+    if request.method == "POST":
+        locked, ok = _reauthenticate(request, request.POST.get(REAUTH_FIELD, ""))
+        if locked is not None:
+            return locked
+        if ok:
+            return redirect(next_url)
+        return _prompt(request, action=signin.REAUTH_URL, fields=fields, error=True)
+    return _prompt(request, action=signin.REAUTH_URL, fields=fields)

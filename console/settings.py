@@ -319,6 +319,8 @@ GAVEL_SIGNIN_ACCOUNT_FAILURES = 5
 GAVEL_SIGNIN_ADDRESS_FAILURES = 20
 GAVEL_SIGNIN_WINDOW_SECONDS = 15 * 60
 GAVEL_SIGNIN_LOCKOUT_SECONDS = 15 * 60
+# Sensitive browser actions ask for the password again when the session proved it longer ago.
+GAVEL_REAUTH_SECONDS = 15 * 60
 # How many proxies (load balancers) in front of the app append to X-Forwarded-For; 0: the
 # client's address is REMOTE_ADDR and X-Forwarded-For is not read at all.
 GAVEL_TRUSTED_PROXIES = env_int("GAVEL_TRUSTED_PROXIES", 0)

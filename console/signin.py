@@ -33,11 +33,13 @@ from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from console.models import SigninThrottle
+from console.errors import Forbidden
+from console.models import ApiKey, SigninThrottle
 
 # The session's key for when it last proved the password (a POSIX timestamp): set at sign-in
 # and at re-authentication; `require_recent_auth` (console/accounts.py) reads it.
 AUTH_AT_SESSION_KEY = "gavel_auth_at"
+REAUTH_URL = "/accounts/reauth/"
 REFUSAL_AUDIT_INTERVAL = timedelta(seconds=60)  # one `locked_out` audit row per account per minute
 PURGE_INTERVAL = 60.0  # seconds between two purges of finished rows, per process
 _last_purge = 0.0
@@ -247,6 +249,21 @@ def auth_is_recent(session) -> bool:
         return False
     age = now().timestamp() - at
     return 0 <= age < settings.GAVEL_REAUTH_SECONDS
+
+
+def require_recent_auth_api(request) -> None:
+    """For an API operation that is sensitive in the browser: a browser session that proved
+    its password too long ago gets 403 `reauth_required` (details: where to re-authenticate);
+    a key is exempt (the key is the credential)."""
+    if isinstance(getattr(request, "auth", None), ApiKey):
+        return
+    if not auth_is_recent(getattr(request, "session", None)):
+        raise Forbidden(
+            "this action needs your password again: your last sign-in is older than "
+            f"{settings.GAVEL_REAUTH_SECONDS // 60} minutes",
+            code="reauth_required",
+            details={"reauthUrl": REAUTH_URL},
+        )
 
 
 @receiver(user_logged_in, dispatch_uid="gavel-signin-auth-at")

@@ -10,6 +10,7 @@ urlpatterns = [
     path("django-admin/login/", accounts.sign_in),
     path("django-admin/", admin.site.urls),
     path("accounts/login/", accounts.sign_in, name="login"),
+    path("accounts/reauth/", accounts.reauth, name="reauth"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", views.home, name="home"),
     path("budgets/", views.budgets, name="budgets"),
