@@ -19,15 +19,52 @@ from runs.models import Run
 
 Viewer = Principal | ApiKey
 
+# The session's key for the tenant its person acts in (a Tenant id), when the login is a
+# principal in several tenants; set by the tenant switcher (console/accounts.py).
+TENANT_SESSION_KEY = "gavel_tenant"
 
-def principal_for_user(user) -> Principal | None:
-    """The active principal a signed-in user acts as, or None."""
-    if user is None or not user.is_authenticated:
-        return None
-    principal = getattr(user, "principal", None)
-    if principal is None or not principal.is_active or not user.is_active:
-        return None
-    return principal
+
+def principals_of_user(user) -> list[Principal]:
+    """The active principals a signed-in login may act as, one per tenant, by tenant slug
+    (one query, with their tenants)."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return []
+    return list(
+        Principal.objects.filter(user=user, is_active=True)
+        .select_related("tenant")
+        .order_by("tenant__slug")
+    )
+
+
+def principal_for_session(*, user, session) -> Principal | None:
+    """The principal a signed-in login acts as: the one in the session's tenant, if it is
+    still an active principal of this login there; else its first (by tenant slug); None
+    for a login that is no active principal anywhere. Asked afresh on every request."""
+    return _choose(principals_of_user(user), session)
+
+
+def _choose(principals: list[Principal], session) -> Principal | None:
+    chosen = session.get(TENANT_SESSION_KEY) if session is not None else None
+    for principal in principals:
+        if principal.tenant_id == chosen:
+            return principal
+    return principals[0] if principals else None
+
+
+def principal_for_user(request) -> Principal | None:
+    """The active principal a request's signed-in user acts as (see principal_for_session),
+    or None. Asked once per request (the page, its navigation and the API ask alike)."""
+    cached = getattr(request, "_gavel_principals", None)
+    if cached is None:
+        cached = principals_of_user(getattr(request, "user", None))
+        request._gavel_principals = cached
+    return _choose(cached, getattr(request, "session", None))
+
+
+def principals_for_request(request) -> list[Principal]:
+    """Every active principal of the request's login (the tenant switcher's choices)."""
+    principal_for_user(request)
+    return request._gavel_principals
 
 
 def _roles(principal: Principal):

@@ -19,10 +19,12 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
+from django.views.decorators.http import require_POST
 
-from console import signin
+from console import access, realtime, signin
 from console.models import Principal
 from console.services import audit
+from console.views import error_page
 
 log = logging.getLogger(__name__)
 USERNAME_LIMIT = 150  # characters of a tried username kept in the audit log (Django's maximum)
@@ -264,3 +266,35 @@ def reauth(request):
             return redirect(next_url)
         return _prompt(request, action=signin.REAUTH_URL, fields=fields, error=True)
     return _prompt(request, action=signin.REAUTH_URL, fields=fields)
+
+
+# --- the tenant switcher ---
+
+
+@require_POST
+def switch_tenant(request):
+    """POST /accounts/tenant/ (CSRF): act as this login's principal in another tenant, for
+    the rest of the session. Only a tenant where the login is an active principal (else 404,
+    nothing changed). The session's open sockets close (they watch the old tenant), and the
+    switch lands on the home page: the page it came from may name the old tenant's objects."""
+    if not request.user.is_authenticated:
+        return redirect_to_login("/")
+    slug = str(request.POST.get("tenant", ""))
+    target = next(
+        (p for p in access.principals_of_user(request.user) if p.tenant.slug == slug), None
+    )
+    if target is None:
+        return error_page(
+            request,
+            status=404,
+            title="Not found",
+            message=f"You are not an active principal of a tenant '{slug[:64]}'.",
+        )
+    if request.session.get(access.TENANT_SESSION_KEY) != target.tenant_id:
+        request.session[access.TENANT_SESSION_KEY] = target.tenant_id
+        realtime.user_sockets_close(
+            user_id=request.user.pk,
+            session_key=request.session.session_key,
+            reason="tenant_switched",
+        )
+    return redirect("/")

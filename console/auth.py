@@ -85,7 +85,7 @@ class BrowserSession(APIKeyCookie):
     def authenticate(self, request, key):
         if key is None:
             return None
-        principal = access.principal_for_user(request.user)
+        principal = access.principal_for_user(request)
         if principal is None:
             raise Forbidden("this account is not an active principal of any tenant")
         return principal

@@ -134,14 +134,11 @@ def card_audience(viewer, *, run_principal_id, allow_self_approval: bool) -> str
     return f"decider:{access.roles_key(viewer)}{':own' if own else ''}"
 
 
-def _session_user_id(session_key: str | None):
-    """The user a session is signed in as now (None once signed out or expired)."""
-    from django.contrib.auth import SESSION_KEY
-
+def _session_now(session_key: str | None):
+    """The session as it is now (a fresh read: sign-out or a tenant switch elsewhere shows)."""
     if not session_key:
         return None
-    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
-    return store.get(SESSION_KEY)
+    return import_module(settings.SESSION_ENGINE).SessionStore(session_key)
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
@@ -163,6 +160,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.accept()  # then close: the browser sees the code and does not retry
             await self.close(code=refused.code)
             return
+        self.tenant_id = self.viewer.tenant_id  # a socket watches one tenant for its life
         self.joined = [*groups, realtime.user_group(self.viewer.user_id)]
         fanout = realtime.Fanout.here()
         for group in self.joined:
@@ -202,8 +200,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.control("resync")
 
     def _authorize(self) -> list[str]:
-        user = self.scope.get("user")
-        viewer = access.principal_for_user(user)
+        viewer = access.principal_for_session(
+            user=self.scope.get("user"), session=self.scope.get("session")
+        )
         if viewer is None:
             raise Refused(CLOSE_DENIED)
         self.viewer = viewer
@@ -276,7 +275,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
     # --- hygiene ---
 
     async def sockets_close(self, message):
-        """Sign-out closes the sockets of that session; deactivation closes them all."""
+        """Sign-out and a tenant switch close the sockets of that session; deactivation
+        closes them all (of that tenant, when the message names one: the person may still be
+        a principal elsewhere)."""
+        if message.get("tenant") not in (None, getattr(self, "tenant_id", None)):
+            return
         if message.get("session") in (None, realtime.session_tag(self.session_key)):
             await self.close(code=CLOSE_DENIED)
 
@@ -306,15 +309,19 @@ class LiveConsumer(AsyncWebsocketConsumer):
         """Recompute the socket's audience from `self.viewer` (no database)."""
 
     def _check(self):
-        from django.contrib.auth import get_user_model
+        from django.contrib.auth import SESSION_KEY, get_user_model
 
-        user_id = _session_user_id(self.session_key)
+        session = _session_now(self.session_key)
+        user_id = session.get(SESSION_KEY) if session is not None else None
         if user_id is None or str(user_id) != str(self.viewer.user_id):
             return None
         self.scope["user"] = get_user_model().objects.filter(pk=self.viewer.user_id).first()
+        self.scope["session"] = session
         try:
             self._authorize()
         except Refused:
+            return None
+        if self.viewer.tenant_id != self.tenant_id:  # switched tenant since: not this socket's
             return None
         access.roles_key(self.viewer)  # loads the roles here, in the worker thread
         return self.viewer

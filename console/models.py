@@ -68,18 +68,20 @@ class Role(models.Model):
 
 
 class Principal(models.Model):
-    """An identity runs are for; optionally a person who signs in (`user`)."""
+    """An identity runs are for; optionally a person who signs in (`user`). One login may be
+    the principal of the same id in several tenants (at most one per tenant); the session
+    says which of them the person acts as (console/access.py `principal_for_user`)."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="principals")
     external_id = models.CharField(max_length=255)  # the wire's principalId
     name = models.CharField(max_length=200, blank=True)
     email = models.EmailField(blank=True)
-    user = models.OneToOneField(
+    user = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
-        related_name="principal",
+        related_name="principals",
     )
     roles = models.ManyToManyField(Role, blank=True, related_name="principals")
     teams = models.ManyToManyField(Team, blank=True, related_name="principals")
@@ -90,7 +92,8 @@ class Principal(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "external_id"], name="principal_unique_id")
+            models.UniqueConstraint(fields=["tenant", "external_id"], name="principal_unique_id"),
+            models.UniqueConstraint(fields=["tenant", "user"], name="principal_unique_user"),
         ]
 
     def __str__(self):

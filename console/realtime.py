@@ -182,10 +182,15 @@ def _loaded(instance, relation: str) -> bool:
     return relation in instance._state.fields_cache
 
 
-def user_sockets_close(*, user_id: int, session_key: str | None = None, reason: str) -> None:
-    """Close a user's sockets on commit: those of one session (sign-out) or all (deactivation).
-    Consumers also re-check their viewer on a timer, so a lost message only delays."""
+def user_sockets_close(
+    *, user_id: int, session_key: str | None = None, reason: str, tenant_id: int | None = None
+) -> None:
+    """Close a user's sockets on commit: those of one session (sign-out, a tenant switch) or
+    all (deactivation); with `tenant_id`, only those watching that tenant. Consumers also
+    re-check their viewer on a timer, so a lost message only delays."""
     message = {"type": "sockets.close", "session": session_tag(session_key), "reason": reason}
+    if tenant_id is not None:
+        message["tenant"] = tenant_id
     publish_on_commit([user_group(user_id)], message)
 
 
@@ -205,7 +210,9 @@ def _user_saved(sender, instance, created, **kwargs):
 @receiver(post_save, sender="console.Principal", dispatch_uid="gavel-realtime-principal-saved")
 def _principal_saved(sender, instance, created, **kwargs):
     if not created and not instance.is_active and instance.user_id:
-        user_sockets_close(user_id=instance.user_id, reason="deactivated")
+        user_sockets_close(
+            user_id=instance.user_id, reason="deactivated", tenant_id=instance.tenant_id
+        )
 
 
 @receiver(post_init, sender="runs.Run", dispatch_uid="gavel-realtime-run-loaded")

@@ -6,7 +6,8 @@ Each is idempotent (the provisioning commands may run again, and concurrently) a
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 
-from console.errors import Conflict, Invalid, NotFound
+from console import signin
+from console.errors import Conflict, Invalid, NotFound, RateLimited
 from console.models import (
     CAPABILITIES,
     DEFAULT_ROLES,
@@ -138,7 +139,6 @@ def principal_ensure(*, tenant: Tenant, external_id: str) -> Principal:
     return principal
 
 
-@transaction.atomic
 def principal_create(
     *,
     tenant: Tenant,
@@ -148,6 +148,37 @@ def principal_create(
     password: str | None = None,
     roles: list[str] | None = None,
     teams: list[str] | None = None,
+) -> tuple[Principal, bool]:
+    """Create or update a principal; with a password it signs in with its id. A login that is
+    already another tenant's principal is linked with its current password only, checked
+    here before anything is written and counted by the sign-in lockout (call this outside a
+    transaction, or a refused guess is rolled back with it and not counted)."""
+    proven = bool(password) and _shared_login_proof(
+        tenant=tenant, external_id=external_id, password=password
+    )
+    return _principal_create(
+        tenant=tenant,
+        external_id=external_id,
+        name=name,
+        email=email,
+        password=password,
+        roles=roles,
+        teams=teams,
+        proven=proven,
+    )
+
+
+@transaction.atomic
+def _principal_create(
+    *,
+    tenant: Tenant,
+    external_id: str,
+    name: str | None,
+    email: str | None,
+    password: str | None,
+    roles: list[str] | None,
+    teams: list[str] | None,
+    proven: bool,
 ) -> tuple[Principal, bool]:
     if not external_id:
         raise Invalid("a principal needs an id")
@@ -166,7 +197,7 @@ def principal_create(
     Principal.objects.filter(pk=principal.pk).update(**fields)
     principal.refresh_from_db()
     if password:
-        _principal_set_login(principal=principal, password=password)
+        _principal_set_login(principal=principal, password=password, proven=proven)
     if role_objs:
         principal.roles.add(*role_objs)
     for team_name in teams or []:
@@ -182,26 +213,61 @@ def principal_create(
     return principal, created
 
 
-def _principal_set_login(*, principal: Principal, password: str) -> None:
-    """Usernames are global: a principal id may sign in for only one tenant."""
-    User = get_user_model()
-    user = principal.user
+def _shared_logins(*, tenant: Tenant, external_id: str):
+    """The login named `external_id` if it is a principal's in another tenant, else None."""
+    user = get_user_model().objects.filter(username=external_id).first()
+    if user is None or not Principal.objects.filter(user=user).exclude(tenant=tenant).exists():
+        return None
+    return user
+
+
+def _shared_login_proof(*, tenant: Tenant, external_id: str, password: str) -> bool:
+    """True if the login is shared with another tenant and this is its password; Conflict
+    if it is shared and this is not; False if it is not shared. The check is counted by the
+    sign-in lockout like a sign-in, so linking cannot be used to guess a password."""
+    user = _shared_logins(tenant=tenant, external_id=external_id)
     if user is None:
-        existing = User.objects.filter(username=principal.external_id).first()
-        if existing is not None:
-            owner = getattr(existing, "principal", None)
-            if owner is not None and owner.pk != principal.pk:
-                raise Conflict(
-                    f"the login '{principal.external_id}' belongs to another tenant's principal"
-                )
-            user = existing
-        else:
-            user = User.objects.create_user(username=principal.external_id)
+        return False
+    attempt = signin.attempt_begin(username=user.get_username(), address=None)
+    if attempt.locked_until is not None:
+        raise RateLimited(
+            f"too many wrong passwords for the login '{external_id}'; try again later",
+            retry_after=attempt.retry_after(),
+        )
+    if user.check_password(password):
+        signin.attempt_succeeded(attempt)
+        return True
+    signin.attempt_failed(attempt)
+    raise Conflict(
+        f"the login '{external_id}' is already a principal in another tenant and has one "
+        "password for all of them; this is not it. Give its current password to link it "
+        "here too, or no password for a principal that does not sign in",
+        code="login_shared",
+    )
+
+
+def _principal_set_login(*, principal: Principal, password: str, proven: bool) -> None:
+    """The login is named by the principal id (usernames are global) and may be the same
+    id's principal in several tenants, with one password. A login already another tenant's
+    is linked here only when its password was proven (`_shared_login_proof`), and a tenant
+    never changes such a login's password."""
+    User = get_user_model()
+    shared = _shared_logins(tenant=principal.tenant, external_id=principal.external_id)
+    if shared is not None and not proven:
+        raise Conflict(
+            f"the login '{principal.external_id}' is already a principal in another tenant",
+            code="login_shared",
+        )
+    user = shared or principal.user or User.objects.filter(username=principal.external_id).first()
+    if user is None:
+        user = User.objects.create_user(username=principal.external_id)
+    if principal.user_id != user.pk:
         principal.user = user
         principal.save(update_fields=["user"])
-    user.set_password(password)
-    user.email = principal.email
-    user.save(update_fields=["password", "email"])
+    if shared is None:
+        user.set_password(password)
+        user.email = principal.email
+        user.save(update_fields=["password", "email"])
 
 
 def principal_get(*, tenant: Tenant, external_id: str) -> Principal:

@@ -11,6 +11,7 @@ urlpatterns = [
     path("django-admin/", admin.site.urls),
     path("accounts/login/", accounts.sign_in, name="login"),
     path("accounts/reauth/", accounts.reauth, name="reauth"),
+    path("accounts/tenant/", accounts.switch_tenant, name="switch_tenant"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", views.home, name="home"),
     path("budgets/", views.budgets, name="budgets"),

@@ -35,7 +35,7 @@ def viewer_view(view):
     def wrapped(request, *args, **kwargs):
         if not request.user.is_authenticated:
             return redirect_to_login(request.get_full_path())
-        viewer = access.principal_for_user(request.user)
+        viewer = access.principal_for_user(request)
         if viewer is None:
             return error_page(request, status=403, title="No access", message=NO_PRINCIPAL)
         request.viewer = viewer
