@@ -170,6 +170,49 @@ def test_the_inbox_is_forbidden_without_view_runs_or_decide_and_inbox_for_is_emp
     assert selectors.inbox_for(viewer=roleless) == []
 
 
+def test_pending_calls_are_the_pending_ones_counting_a_mirrored_call_once(
+    tenant_a, support_run, billing_run
+):
+    child = held(support_run)
+    held(billing_run, mirror_of=child)
+    decided(support_run)
+    other = held(billing_run)
+    found = selectors.pending_calls(Approval.objects.filter(tenant=tenant_a)).order_by("id")
+    assert ids(found) == ids([child, other])
+
+
+def test_inbox_shown_keeps_what_a_decider_may_decide_and_everything_for_a_viewer(
+    tenant_a, viewer_a, support_run
+):
+    mail = held(support_run, tool="email.send")
+    shell = held(support_run, tool="shell.exec")
+    decider = mail_decider(tenant_a)
+    assert ids(selectors.inbox_shown(viewer=decider, approvals=[mail, shell])) == ids([mail])
+    assert ids(selectors.inbox_shown(viewer=viewer_a, approvals=[mail, shell])) == ids(
+        [mail, shell]
+    )
+
+
+@pytest.mark.parametrize(
+    "filters, expected",
+    [
+        (None, ["mail", "refund"]),
+        ({"tool": "refund.issue", "agent": "billing-bot"}, ["refund"]),
+        ({"tool": "refund.issue", "agent": "support-bot"}, []),
+        ({"unknown": "x"}, ["mail", "refund"]),  # only the four filters are read
+    ],
+)
+def test_inbox_filtered_narrows_a_queryset_by_the_filters_given(
+    support_run, billing_run, filters, expected
+):
+    calls = {
+        "mail": held(support_run, tool="email.send"),
+        "refund": held(billing_run, tool="refund.issue"),
+    }
+    found = selectors.inbox_filtered(Approval.objects.order_by("id"), filters)
+    assert ids(found) == ids(calls[name] for name in expected)
+
+
 # --- inbox_for, group_context ---
 
 

@@ -1,7 +1,9 @@
-"""Fixtures of the run API tests."""
+"""Fixtures shared by the runs tests."""
 
 import pytest
 
+from console.models import ApiKey
+from tests.factories import make_key
 from tests.runs.batches import RUNS, new_run
 
 
@@ -11,3 +13,9 @@ def admitted(ingest_a):
     response = ingest_a.post(RUNS, new_run())
     assert response.status_code == 201, response.content
     return response.json()
+
+
+@pytest.fixture
+def decide_key(tenant_a, reviewer_a):
+    """Tenant A's `decide` key of the reviewer, as the API's auth loads it (no `view_runs`)."""
+    return ApiKey.objects.for_raw_key(make_key(tenant_a, scopes=("decide",), principal=reviewer_a))

@@ -10,7 +10,6 @@ from django.utils import timezone
 
 from approvals.models import ApprovalStatus
 from console.errors import Forbidden, Invalid, NotFound
-from console.models import ApiKey
 from runs import selectors
 from tests.factories import (
     AgentFactory,
@@ -18,7 +17,6 @@ from tests.factories import (
     ConversationFactory,
     PrincipalFactory,
     RunFactory,
-    make_key,
 )
 
 pytestmark = pytest.mark.django_db
@@ -28,11 +26,6 @@ T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 
 def listed(page):
     return [item["id"] for item in page["items"]]
-
-
-@pytest.fixture
-def decide_key(tenant_a, reviewer_a):
-    return ApiKey.objects.for_raw_key(make_key(tenant_a, scopes=("decide",), principal=reviewer_a))
 
 
 @pytest.fixture
