@@ -1,7 +1,7 @@
 """console/access.py, the tenancy boundary: capabilities, roles' decide-tool globs, keys and
 their scopes (a `decide` or `manage` key acts as its bound principal), inactive principals,
-self-approval, and the lookups (another tenant's object is 404 exactly like a missing one; a
-missing capability is 403)."""
+self-approval, and the lookups (another tenant's object, or another principal's notification,
+is 404 exactly like a missing one; a missing capability is 403)."""
 
 import pytest
 from django.contrib.auth.models import AnonymousUser
@@ -9,6 +9,7 @@ from django.contrib.auth.models import AnonymousUser
 from console import access
 from console.errors import Forbidden, NotFound
 from console.models import CAPABILITIES, ApiKey, Role
+from notifications.models import Notification, NotificationKind
 from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory, make_key
 
 pytestmark = pytest.mark.django_db
@@ -681,6 +682,75 @@ def test_approval_for_decider_refuses_a_tool_no_role_may_decide(tenant_a, approv
     assert error_of(
         lambda: access.approval_for_decider(viewer=shell_only, approval_id=approval_a.public_id)
     ) == (403, "may_not_decide", "none of your roles may decide the tool 'email.send'")
+
+
+# --- notifications: a principal's own ---
+
+
+def notify(principal, title="Budget at 80%"):
+    return Notification.objects.create(
+        tenant=principal.tenant,
+        principal=principal,
+        kind=NotificationKind.BUDGET_THRESHOLD_CROSSED,
+        title=title,
+        url="https://console.example/budgets/",
+    )
+
+
+@pytest.mark.parametrize(
+    "name", ["reviewer_a", "decide_key_of_reviewer", "ingest_and_decide_key_of_reviewer"]
+)
+def test_notifications_of_a_viewer_are_its_principals_own(
+    viewer, reviewer_a, viewer_a, reviewer_b, name
+):
+    mine = [notify(reviewer_a, "one"), notify(reviewer_a, "two")]
+    notify(viewer_a)  # a colleague's
+    notify(reviewer_b)  # another tenant's
+    found = access.notifications_of(viewer=viewer(name)).order_by("id")
+    assert [n.public_id for n in found] == [n.public_id for n in mine]
+
+
+def test_a_manage_key_reads_its_principals_notifications(viewer, lead_a):
+    own = notify(lead_a)
+    found = access.notifications_of(viewer=viewer("manage_key_of_lead"))
+    assert [n.public_id for n in found] == [own.public_id]
+
+
+@pytest.mark.parametrize("who", ["ingest_key", "inactive reviewer"])
+def test_notifications_are_forbidden_to_a_key_or_principal_that_is_no_active_one(
+    viewer, reviewer_a, who
+):
+    notify(reviewer_a)
+    if who == "inactive reviewer":
+        reviewer_a.is_active = False
+        reviewer_a.save(update_fields=["is_active"])
+        asking = reviewer_a
+    else:
+        asking = viewer(who)
+    assert error_of(lambda: access.notifications_of(viewer=asking)) == (
+        403,
+        "forbidden",
+        "notifications are a principal's: this key is bound to no active one",
+    )
+
+
+def test_notification_for_is_one_of_the_viewers_own(reviewer_a):
+    own = notify(reviewer_a)
+    assert access.notification_for(viewer=reviewer_a, notification_id=own.public_id) == own
+
+
+@pytest.mark.parametrize("whose", ["a colleague's", "another tenant's", "missing"])
+def test_anyone_elses_notification_is_404_exactly_like_a_missing_one(
+    reviewer_a, viewer_a, reviewer_b, whose
+):
+    notification_id = {
+        "a colleague's": lambda: notify(viewer_a).public_id,
+        "another tenant's": lambda: notify(reviewer_b).public_id,
+        "missing": lambda: "ntf_nothing_here",
+    }[whose]()
+    assert error_of(
+        lambda: access.notification_for(viewer=reviewer_a, notification_id=notification_id)
+    ) == (404, "notification_not_found", f"no notification '{notification_id}'")
 
 
 # --- manage keys (capabilities through a key's bound principal) ---
