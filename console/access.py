@@ -121,8 +121,13 @@ def can(viewer: Viewer, capability: str, tool_name: str | None = None) -> bool:
     if capability == "decide" and tool_name is not None:
         if "admin" in caps:
             return True
+        # Deciding a tool needs ONE role that both may decide and names the tool: the globs of
+        # a role without the capability decide nothing.
         return any(
-            fnmatchcase(tool_name, glob) for role in _roles(viewer) for glob in role.decide_tools
+            fnmatchcase(tool_name, glob)
+            for role in _roles(viewer)
+            if "decide" in role.capabilities
+            for glob in role.decide_tools
         )
     return True
 
