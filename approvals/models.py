@@ -29,6 +29,66 @@ def new_delivery_id() -> str:
     return "whd_" + secrets.token_hex(12)
 
 
+def new_rule_id() -> str:
+    return "rul_" + secrets.token_hex(12)
+
+
+class RuleEffect(models.TextChoices):
+    APPROVE = "approve"
+    DENY = "deny"
+
+
+def _no_examples() -> dict:
+    return {"match": [], "noMatch": []}
+
+
+class Rule(models.Model):
+    """A lasting decision: calls it matches are decided the moment they are requested.
+
+    Never deleted: deactivating keeps it (and the decisions it made) listed. Matching is
+    approvals/rules.py's (pure); the writes are approvals/services/rules.py's."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="rules")
+    public_id = models.CharField(max_length=32, unique=True, default=new_rule_id)
+    name = models.CharField(max_length=200)
+    effect = models.CharField(max_length=16, choices=RuleEffect.choices)
+    tool_pattern = models.CharField(max_length=255, default="*")  # fnmatch, case-sensitive
+    agent_pattern = models.CharField(max_length=255, default="*")
+    principal_pattern = models.CharField(max_length=255, default="*")
+    # Narrowing to one conversation or one run, by wire id (the run need not exist yet).
+    conversation_external_id = models.CharField(max_length=255, null=True, blank=True)
+    run_external_id = models.CharField(max_length=128, null=True, blank=True)
+    conditions = models.JSONField(default=list)  # [{"path", "op", "value"?}], at most 20
+    message = models.TextField(null=True, blank=True)  # a deny rule's: what the model reads
+    expires_at = models.DateTimeField(null=True, blank=True)
+    active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        Principal, null=True, blank=True, on_delete=models.PROTECT, related_name="rules_made"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    hits = models.PositiveBigIntegerField(default=0)
+    last_hit_at = models.DateTimeField(null=True, blank=True)
+    examples = models.JSONField(default=_no_examples)  # {"match": [args], "noMatch": [args]}
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "active"], name="rule_tenant_active")]
+        ordering = ["created_at", "id"]
+
+    def __str__(self):
+        return self.public_id
+
+
+class RuleVersion(models.Model):
+    """A tenant's rules version: bumped in every rule write's transaction and read once per
+    `approval.requested` batch, so each process knows when its compiled rules are stale."""
+
+    tenant = models.OneToOneField(
+        Tenant, primary_key=True, on_delete=models.CASCADE, related_name="rule_version"
+    )
+    version = models.PositiveBigIntegerField(default=0)
+
+
 class Approval(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="approvals")
     public_id = models.CharField(max_length=32, unique=True, default=new_approval_id)
@@ -67,6 +127,10 @@ class Approval(models.Model):
     extended_by = models.ForeignKey(
         Principal, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
+    # A call a lasting rule decided the moment it was requested (decided_by is then null).
+    decided_by_rule = models.ForeignKey(
+        "Rule", null=True, blank=True, on_delete=models.PROTECT, related_name="decisions"
+    )
 
     class Meta:
         constraints = [
@@ -77,6 +141,9 @@ class Approval(models.Model):
             models.Index(fields=["status", "expires_at"], name="approval_expiry"),
             models.Index(fields=["run", "status"], name="approval_run_status"),
             models.Index(fields=["run", "decision_seq"], name="approval_run_decisions"),
+            # History reads (rule previews, suggestions, decision analytics).
+            models.Index(fields=["tenant", "requested_at"], name="approval_tenant_requested"),
+            models.Index(fields=["tenant", "decided_at"], name="approval_tenant_decided"),
         ]
         ordering = ["requested_at", "position", "id"]
 

@@ -24,6 +24,7 @@ class ApprovalOut(CamelSchema):
     sub_run_tool_call_id: str | None
     status: ApprovalStatusLiteral
     decided_by: str | None
+    decided_by_rule: str | None
     decided_at: datetime | None
     message: str | None
     requested_at: datetime
@@ -34,7 +35,7 @@ def approval_resource(approval: Approval, *, run_id: str | None = None) -> dict:
     """The approval resource (snake_case keys; ApprovalOut maps them to the wire).
 
     Pass `run_id` (the run's wire id) when the run is not loaded, and select_related
-    `decided_by` for lists, so that no row costs a query.
+    `decided_by` and `decided_by_rule` for lists, so that no row costs a query.
     """
     return {
         "id": approval.public_id,
@@ -48,11 +49,17 @@ def approval_resource(approval: Approval, *, run_id: str | None = None) -> dict:
         "sub_run_tool_call_id": approval.sub_run_tool_call_id,
         "status": approval.status,
         "decided_by": approval.decided_by.external_id if approval.decided_by_id else None,
+        "decided_by_rule": _rule_id(approval),
         "decided_at": approval.decided_at,
         "message": approval.message,
         "requested_at": approval.requested_at,
         "expires_at": approval.expires_at,
     }
+
+
+def _rule_id(approval: Approval) -> str | None:
+    """The public id of the rule that decided it (null: a person, an expiry, or pending)."""
+    return approval.decided_by_rule.public_id if approval.decided_by_rule_id else None
 
 
 class DecisionOut(CamelSchema):
@@ -62,6 +69,7 @@ class DecisionOut(CamelSchema):
     message: str | None
     arguments: Any
     decided_by: str | None
+    decided_by_rule: str | None
     decided_at: datetime
 
 
@@ -78,6 +86,7 @@ def decision_wire(approval: Approval) -> dict:
         if approval.status == ApprovalStatus.APPROVED
         else None,
         "decided_by": approval.decided_by.external_id if approval.decided_by_id else None,
+        "decided_by_rule": _rule_id(approval),
         "decided_at": approval.decided_at,
     }
 

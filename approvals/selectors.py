@@ -254,7 +254,9 @@ def approvals_reloaded(*, approvals) -> list[Approval]:
 def approvals_list(*, viewer, status=None, run_id=None, limit=50, cursor=None) -> dict:
     """Approvals of the viewer's tenant, oldest first, keyset-paginated by an opaque cursor."""
     approvals_expire_due(tenant_id=viewer.tenant_id)
-    qs = access.approvals_visible_to(viewer=viewer).select_related("run", "decided_by")
+    qs = access.approvals_visible_to(viewer=viewer).select_related(
+        "run", "decided_by", "decided_by_rule"
+    )
     if status:
         qs = qs.filter(status=status)
     if run_id:

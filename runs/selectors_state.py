@@ -48,7 +48,7 @@ def _from_snapshot(run: Run, state: dict) -> dict:
         a.tool_call_id: a
         for a in Approval.objects.filter(
             run=run, tool_call_id__in=[p["toolCallId"] for p in pending], status__in=DECIDED
-        ).select_related("decided_by")
+        ).select_related("decided_by", "decided_by_rule")
     }
     out = dict(state)
     out["pendingApprovals"] = [p for p in pending if p["toolCallId"] not in decided]
@@ -73,7 +73,9 @@ def _sub_run(parent: Run, entry: dict) -> dict:
 def _from_rows(run: Run) -> dict:
     run = Run.objects.select_related("agent", "principal", "conversation").get(pk=run.pk)
     approvals = list(
-        Approval.objects.filter(run=run).select_related("decided_by", "mirror_of__run")
+        Approval.objects.filter(run=run).select_related(
+            "decided_by", "decided_by_rule", "mirror_of__run"
+        )
     )
     pending = [a for a in approvals if a.status == ApprovalStatus.PENDING]
     decided = sorted((a for a in approvals if a.status in DECIDED), key=_decision_order)

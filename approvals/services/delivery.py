@@ -35,7 +35,9 @@ class Answer:
 
 def _calls_of(run) -> list[Approval]:
     return list(
-        Approval.objects.filter(run=run).select_related("decided_by").order_by("position", "id")
+        Approval.objects.filter(run=run)
+        .select_related("decided_by", "decided_by_rule")
+        .order_by("position", "id")
     )
 
 

@@ -190,7 +190,9 @@ def _enqueue(*, tenant_id: int, event: str, approvals) -> int:
 
 def webhooks_approval_decided(*, approval_id: int) -> int:
     """Queue `approval.decided` (call inside the deciding transaction)."""
-    approval = Approval.objects.select_related("run", "decided_by").get(pk=approval_id)
+    approval = Approval.objects.select_related("run", "decided_by", "decided_by_rule").get(
+        pk=approval_id
+    )
     return _enqueue(tenant_id=approval.tenant_id, event="approval.decided", approvals=[approval])
 
 

@@ -233,6 +233,7 @@ def test_the_openapi_schema_describes_the_approvals_endpoints(client):
     assert set(out) == {"complete", "decisions", "pending", "cursor"}
     decision = schema["components"]["schemas"]["DecisionOut"]["properties"]
     assert set(decision) == {
-        "approvalId", "toolCallId", "decision", "message", "arguments", "decidedBy", "decidedAt"
+        "approvalId", "toolCallId", "decision", "message", "arguments", "decidedBy",
+        "decidedByRule", "decidedAt",
     }  # fmt: skip
     assert "/api/v1/approvals" in paths

@@ -113,6 +113,7 @@ def test_deciding_both_parent_calls_and_the_mirrored_child_call_shows_in_get_sta
         "message",
         "arguments",
         "decidedBy",
+        "decidedByRule",
         "decidedAt",
     }
 
