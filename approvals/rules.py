@@ -1,0 +1,608 @@
+"""Lasting decision rules, pure: validate conditions, compile a tenant's rules once, and
+evaluate a call against them. No database and no Django here (the writes and the cache live in
+approvals/services/rules.py), so every rule of matching can be tested on plain values.
+
+A call is decided `deny` when a deny rule matches (deny beats approve), else `approve` when an
+approve rule matches, else `ask` (a human decides). Among rules of the same effect the oldest
+(the order they are given in) decides. A rule matches when it is active and unexpired, its tool,
+agent and principal globs match (fnmatch, case-sensitive), its narrowing (one run, one
+conversation) holds, every condition holds, and the run is not its creator's own (unless the
+tenant allows self-approval). Conditions read dotted paths into the call's arguments; an absent
+path or a value of the wrong type fails every op but `notExists`. No regular expressions are
+ever taken from a rule (fnmatch globs only), so no rule can make matching slow.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from fnmatch import translate
+from typing import Any
+
+MAX_CONDITIONS = 20
+MAX_PATH_CHARS = 256
+MAX_PATH_PARTS = 32
+MAX_TEXT_CHARS = 1000  # a string value (startsWith, glob...)
+MAX_IN_VALUES = 1000
+MAX_EXAMPLES = 20  # per list (match, noMatch)
+# Calls only people decide: a budget override is its leads' (contract: "not by tool globs").
+HUMAN_ONLY_TOOLS = frozenset({"budget.override"})
+
+OPS = (
+    "equals",
+    "notEquals",
+    "in",
+    "startsWith",
+    "endsWith",
+    "contains",
+    "glob",
+    "lt",
+    "lte",
+    "gt",
+    "gte",
+    "exists",
+    "notExists",
+)
+_STRING_OPS = {"startsWith", "endsWith", "glob"}
+_NUMBER_OPS = {"lt", "lte", "gt", "gte"}
+_NO_VALUE_OPS = {"exists", "notExists"}
+_PART = re.compile(r"[^.\s]+")
+_INDEX = re.compile(r"0|[1-9][0-9]{0,8}")
+_MAGIC = re.compile(r"[*?\[]")
+MISSING = object()
+
+
+class RuleInvalid(ValueError):
+    """A rule body that cannot be saved: `details` lists each problem as {path, message}, the
+    path naming the condition (`conditions.3.op`) or the example (`examples.match.0`)."""
+
+    def __init__(self, message: str, details: list[dict]):
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+# ---- values ----------------------------------------------------------------------------------
+
+
+def is_number(value) -> bool:
+    """JSON numbers only: a bool is not a number (Python's True == 1 is not JSON's)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def same(a, b) -> bool:
+    """JSON equality: true is not 1, 1 is 1.0, "1" is not 1, objects by keys, lists in order."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if is_number(a) and is_number(b):
+        return a == b
+    if isinstance(a, str) and isinstance(b, str):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return a is None and b is None
+
+
+def kind(value) -> str:
+    """A value's JSON type, as the failure reasons name it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if is_number(value):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def shown(value, limit: int = 80) -> str:
+    """A value in a failure reason: strings in single quotes, anything else as JSON."""
+    if isinstance(value, str):
+        text = "'" + value + "'"
+    else:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def glob_escape(text: str) -> str:
+    """A glob that matches exactly `text` (its `*`, `?` and `[` made literal)."""
+    return _MAGIC.sub(lambda m: "[" + m.group(0) + "]", text)
+
+
+# ---- paths -----------------------------------------------------------------------------------
+
+
+def path_parts(path) -> tuple[tuple[str, int | None], ...] | None:
+    """A dotted path as its parts (each with its list index when it is an integer), or None
+    when it is not a dotted path: parts of one or more characters other than `.` and
+    whitespace, joined by `.`."""
+    if not isinstance(path, str) or not 0 < len(path) <= MAX_PATH_CHARS:
+        return None
+    parts = path.split(".")
+    if len(parts) > MAX_PATH_PARTS or not all(_PART.fullmatch(p) for p in parts):
+        return None
+    return tuple((p, int(p) if _INDEX.fullmatch(p) else None) for p in parts)
+
+
+def resolve(arguments, parts) -> Any:
+    """The value at a path in the arguments, or MISSING. An integer part indexes a list (and is
+    a key of an object); anything else is absent."""
+    value = arguments
+    for key, index in parts:
+        if isinstance(value, dict):
+            if key not in value:
+                return MISSING
+            value = value[key]
+        elif isinstance(value, list) and index is not None and index < len(value):
+            value = value[index]
+        else:
+            return MISSING
+    return value
+
+
+# ---- conditions: validation --------------------------------------------------------------------
+
+
+def _value_problem(op: str, condition: dict) -> str | None:
+    has_value = "value" in condition
+    value = condition.get("value")
+    if op in _NO_VALUE_OPS:
+        return None if value is None else f"'{op}' takes no value"
+    if not has_value:
+        return f"'{op}' needs a value"
+    if op in _STRING_OPS and not isinstance(value, str):
+        return f"'{op}' needs a string value, not {kind(value)}"
+    if op in _STRING_OPS and len(value) > MAX_TEXT_CHARS:
+        return f"'{op}' takes at most {MAX_TEXT_CHARS} characters"
+    if op in _NUMBER_OPS and not (is_number(value) and math.isfinite(value)):
+        return f"'{op}' needs a number value, not {kind(value)}"
+    if op == "in" and not isinstance(value, list):
+        return f"'in' needs a list value, not {kind(value)}"
+    if op == "in" and len(value) > MAX_IN_VALUES:
+        return f"'in' takes at most {MAX_IN_VALUES} values"
+    return None
+
+
+def condition_problems(index: int, condition) -> list[dict]:
+    """What is wrong with one condition, each as {path, message} naming it."""
+    where = f"conditions.{index}"
+    if not isinstance(condition, dict):
+        return [{"path": where, "message": f"a condition is an object, not {kind(condition)}"}]
+    problems = []
+    unknown = sorted(set(condition) - {"path", "op", "value"})
+    if unknown:
+        problems.append({"path": where, "message": f"unknown fields: {', '.join(unknown)}"})
+    if path_parts(condition.get("path")) is None:
+        problems.append(
+            {
+                "path": f"{where}.path",
+                "message": f"{shown(condition.get('path'))} is not a dotted path "
+                "(e.g. 'to', 'recipients.0', 'options.dryRun')",
+            }
+        )
+    op = condition.get("op")
+    if op not in OPS:
+        problems.append(
+            {
+                "path": f"{where}.op",
+                "message": f"unknown op {shown(op)} (known: {', '.join(OPS)})",
+            }
+        )
+    else:
+        problem = _value_problem(op, condition)
+        if problem:
+            problems.append({"path": f"{where}.value", "message": problem})
+    return problems
+
+
+def conditions_validate(conditions) -> list[dict]:
+    """The conditions as stored (`exists`/`notExists` without a value), or RuleInvalid naming
+    every bad condition."""
+    if conditions is None:
+        return []
+    if not isinstance(conditions, list):
+        raise RuleInvalid(
+            "conditions must be a list",
+            [{"path": "conditions", "message": f"a list, not {kind(conditions)}"}],
+        )
+    if len(conditions) > MAX_CONDITIONS:
+        raise RuleInvalid(
+            f"a rule has at most {MAX_CONDITIONS} conditions",
+            [
+                {
+                    "path": f"conditions.{MAX_CONDITIONS}",
+                    "message": f"{len(conditions)} conditions; at most {MAX_CONDITIONS}",
+                }
+            ],
+        )
+    problems = [p for i, c in enumerate(conditions) for p in condition_problems(i, c)]
+    if problems:
+        first = problems[0]
+        raise RuleInvalid(f"{first['path']}: {first['message']}", problems)
+    return [
+        {"path": c["path"], "op": c["op"]}
+        if c["op"] in _NO_VALUE_OPS
+        else {"path": c["path"], "op": c["op"], "value": c["value"]}
+        for c in conditions
+    ]
+
+
+# ---- conditions: compiled ----------------------------------------------------------------------
+
+Check = Callable[[Any], "str | None"]  # arguments -> None when the condition holds, else why not
+
+
+def _compare(op: str, actual, value) -> bool:
+    if op == "lt":
+        return actual < value
+    if op == "lte":
+        return actual <= value
+    if op == "gt":
+        return actual > value
+    return actual >= value
+
+
+_NUMBER_WORDS = {
+    "lt": "less than",
+    "lte": "at most",
+    "gt": "greater than",
+    "gte": "at least",
+}
+_STRING_WORDS = {"startsWith": "start with", "endsWith": "end with", "glob": "match"}
+
+
+def _matcher(pattern: str) -> Callable[[str], Any]:
+    """A glob compiled once (fnmatch, case-sensitive); a glob without wildcards is equality."""
+    if not _MAGIC.search(pattern):
+        return pattern.__eq__
+    return re.compile(translate(pattern), re.DOTALL).match
+
+
+def _op_test(op: str, value) -> Callable[[Any], str | None]:
+    """(actual value -> None, or why it fails) for one op and its value (path present)."""
+    if op == "equals":
+        return lambda a: None if same(a, value) else f"does not equal {shown(value)}"
+    if op == "notEquals":
+        return lambda a: f"equals {shown(value)}" if same(a, value) else None
+    if op == "in":
+        return lambda a: None if any(same(a, v) for v in value) else f"is not in {shown(value)}"
+    if op in _STRING_OPS:
+        test = {
+            "startsWith": lambda a: a.startswith(value),
+            "endsWith": lambda a: a.endswith(value),
+            "glob": _matcher(value) if op == "glob" else None,
+        }[op]
+        words = _STRING_WORDS[op]
+
+        def string_test(a):
+            if not isinstance(a, str):
+                return f"is {kind(a)}, not a string"
+            return None if test(a) else f"does not {words} {shown(value)}"
+
+        return string_test
+    if op == "contains":
+
+        def contains_test(a):
+            if isinstance(a, str) and isinstance(value, str):
+                return None if value in a else f"does not contain {shown(value)}"
+            if isinstance(a, list):
+                found = any(same(x, value) for x in a)
+                return None if found else f"does not contain {shown(value)}"
+            expected = "a list" if not isinstance(value, str) else "a string or a list"
+            return f"is {kind(a)}, not {expected}"
+
+        return contains_test
+    if op in _NUMBER_OPS:
+        words = _NUMBER_WORDS[op]
+
+        def number_test(a):
+            if not is_number(a):
+                return f"is {kind(a)}, not a number"
+            return None if _compare(op, a, value) else f"is not {words} {shown(value)}"
+
+        return number_test
+    if op == "exists":
+        return lambda a: None
+    return lambda a: "exists"  # notExists, on a present path
+
+
+def condition_compile(index: int, condition: dict) -> Check:
+    """A validated condition as a small closure over the call's arguments."""
+    parts = path_parts(condition["path"])
+    op = condition["op"]
+    prefix = f"conditions.{index}: {shown(condition['path'])} "
+    test = _op_test(op, condition.get("value"))
+    absent = None if op == "notExists" else prefix + "is absent"
+
+    def check(arguments):
+        actual = resolve(arguments, parts)
+        if actual is MISSING:
+            return absent
+        why = test(actual)
+        return None if why is None else prefix + why
+
+    return check
+
+
+# ---- rules -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """What matching needs of a stored rule (approvals.models.Rule, or an unsaved body)."""
+
+    id: str | None
+    effect: str  # approve | deny
+    tool_pattern: str = "*"
+    agent_pattern: str = "*"
+    principal_pattern: str = "*"
+    conversation_id: str | None = None
+    run_id: str | None = None
+    conditions: list = field(default_factory=list)
+    message: str | None = None
+    expires_at: datetime | None = None
+    active: bool = True
+    creator_key: Any = None  # the creator principal's identity (its database id)
+    creator_id: str | None = None  # its wire id, for the reasons
+
+
+@dataclass(frozen=True)
+class Call:
+    """A requested call as rules see it. `principal_key` is compared with a rule's creator
+    (self-approval); `principal_id` (the wire id, None for a run for no principal) with its
+    principal glob; `conversation_id` is needed only when a rule narrows to one
+    (RuleSet.needs_conversation)."""
+
+    tool_name: str
+    arguments: Any = None
+    agent_id: str = ""
+    principal_id: str | None = None
+    principal_key: Any = None
+    run_id: str | None = None
+    conversation_id: str | None = None
+
+
+class CompiledRule:
+    """A rule with its globs and conditions compiled once."""
+
+    __slots__ = ("spec", "_tool", "_agent", "_principal", "_checks", "match_all_principals")
+
+    def __init__(self, spec: RuleSpec):
+        self.spec = spec
+        self._tool = _matcher(spec.tool_pattern)
+        self._agent = _matcher(spec.agent_pattern)
+        self._principal = _matcher(spec.principal_pattern)
+        self.match_all_principals = spec.principal_pattern == "*"
+        self._checks = [condition_compile(i, c) for i, c in enumerate(spec.conditions)]
+
+    @property
+    def id(self):
+        return self.spec.id
+
+    @property
+    def effect(self) -> str:
+        return self.spec.effect
+
+    def tool_matches(self, tool_name: str) -> bool:
+        return bool(self._tool(tool_name))
+
+    def conditions_failure(self, arguments) -> str | None:
+        """Why the conditions do not all hold for these arguments (None: they do)."""
+        for check in self._checks:
+            why = check(arguments)
+            if why is not None:
+                return why
+        return None
+
+    def failure(self, call: Call, *, now: datetime, allow_self_approval: bool) -> str | None:
+        """Why this rule does not match the call (None: it matches). Cheapest checks first."""
+        spec = self.spec
+        if not spec.active:
+            return "active: the rule is inactive"
+        if spec.expires_at is not None and spec.expires_at <= now:
+            return f"expiresAt: the rule expired at {spec.expires_at.isoformat()}"
+        if call.tool_name in HUMAN_ONLY_TOOLS:
+            return f"toolName: {shown(call.tool_name)} is decided by people only"
+        if not self._tool(call.tool_name):
+            return f"toolPattern: {shown(call.tool_name)} does not match {shown(spec.tool_pattern)}"
+        if spec.run_id is not None and call.run_id != spec.run_id:
+            return f"runId: the call is not of run {shown(spec.run_id)}"
+        if spec.conversation_id is not None and call.conversation_id != spec.conversation_id:
+            return f"conversationId: the call is not in conversation {shown(spec.conversation_id)}"
+        if not self._agent(call.agent_id or ""):
+            return (
+                f"agentPattern: {shown(call.agent_id or '')} does not match "
+                f"{shown(spec.agent_pattern)}"
+            )
+        if not self.match_all_principals:
+            if call.principal_id is None:
+                return "principalPattern: the run is for no principal"
+            if not self._principal(call.principal_id):
+                return (
+                    f"principalPattern: {shown(call.principal_id)} does not match "
+                    f"{shown(spec.principal_pattern)}"
+                )
+        if (
+            not allow_self_approval
+            and spec.creator_key is not None
+            and call.principal_key == spec.creator_key
+        ):
+            who = shown(spec.creator_id) if spec.creator_id else "its creator"
+            return (
+                f"createdBy: the run is for {who}, who made this rule "
+                "(this tenant does not allow self-approval)"
+            )
+        return self.conditions_failure(call.arguments)
+
+
+@dataclass(frozen=True)
+class Explained:
+    """One rule's answer for one call: `matched`, and why it does not decide (`failed`)."""
+
+    rule: CompiledRule
+    matched: bool
+    failed: str | None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    decision: str  # approve | deny | ask
+    rule: CompiledRule | None = None
+    rules: tuple[Explained, ...] = ()
+
+    @property
+    def rule_id(self):
+        return self.rule.id if self.rule is not None else None
+
+
+ASK = Outcome("ask")
+MEMO_TOOLS = 4096  # tool names whose candidate rules are remembered per RuleSet
+
+
+class RuleSet:
+    """A tenant's rules compiled once. `decide` is the hot path (ingest): the rules whose tool
+    glob matches a tool name are found once per tool name and remembered, deny rules are
+    tried first, and the first match decides. `explain` says, for every rule whose tool glob
+    matches, whether it matches and why not."""
+
+    def __init__(self, specs: Iterable[RuleSpec], *, allow_self_approval: bool = False):
+        self.rules = [CompiledRule(s) for s in specs]
+        self.allow_self_approval = allow_self_approval
+        self.needs_conversation = any(r.spec.conversation_id is not None for r in self.rules)
+        self.needs_principal_id = any(not r.match_all_principals for r in self.rules)
+        self._literal: dict[str, list[CompiledRule]] = {}
+        self._globbed: list[CompiledRule] = []
+        for rule in self.rules:
+            if _MAGIC.search(rule.spec.tool_pattern):
+                self._globbed.append(rule)
+            else:
+                self._literal.setdefault(rule.spec.tool_pattern, []).append(rule)
+        self._order = {id(r): i for i, r in enumerate(self.rules)}
+        self._memo: dict[str, tuple[list[CompiledRule], list[CompiledRule]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def candidates(self, tool_name: str) -> list[CompiledRule]:
+        """The rules whose tool glob matches, oldest first."""
+        found = self._literal.get(tool_name, []) + [
+            r for r in self._globbed if r.tool_matches(tool_name)
+        ]
+        return sorted(found, key=lambda r: self._order[id(r)])
+
+    def _split(self, tool_name: str) -> tuple[list[CompiledRule], list[CompiledRule]]:
+        split = self._memo.get(tool_name)
+        if split is None:
+            found = self.candidates(tool_name)
+            split = (
+                [r for r in found if r.effect == "deny"],
+                [r for r in found if r.effect == "approve"],
+            )
+            if len(self._memo) >= MEMO_TOOLS:
+                self._memo.clear()
+            self._memo[tool_name] = split
+        return split
+
+    def decide(self, call: Call, *, now: datetime) -> Outcome:
+        """approve, deny or ask, and the deciding rule (no explanations: the hot path)."""
+        if not self.rules or call.tool_name in HUMAN_ONLY_TOOLS:
+            return ASK
+        for group in self._split(call.tool_name):
+            for rule in group:
+                if (
+                    rule.failure(call, now=now, allow_self_approval=self.allow_self_approval)
+                    is None
+                ):
+                    return Outcome(rule.effect, rule)
+        return ASK
+
+    def explain(self, call: Call, *, now: datetime) -> Outcome:
+        """`decide`, with every rule whose tool glob matches (oldest first): matched, and why
+        it does not decide (its first failing check, or the rule that decides instead)."""
+        checked = [
+            (r, r.failure(call, now=now, allow_self_approval=self.allow_self_approval))
+            for r in self.candidates(call.tool_name)
+        ]
+        matched = [r for r, why in checked if why is None]
+        winner = next((r for r in matched if r.effect == "deny"), None) or next(iter(matched), None)
+        explained = []
+        for rule, why in checked:
+            if why is None and winner is not None and rule is not winner:
+                why = (
+                    f"a deny rule ({winner.id}) wins over approve rules"
+                    if winner.effect == "deny" and rule.effect == "approve"
+                    else f"an older rule ({winner.id}) decides first"
+                )
+            explained.append(Explained(rule, rule in matched, why))
+        if winner is None:
+            return Outcome("ask", None, tuple(explained))
+        return Outcome(winner.effect, winner, tuple(explained))
+
+
+def examples_problems(spec: RuleSpec, examples) -> list[dict]:
+    """Saved examples must agree with the rule's conditions: each `match` arguments value makes
+    every condition hold, each `noMatch` one fails one. Problems name the example."""
+    if examples is None:
+        return []
+    if not isinstance(examples, dict):
+        return [{"path": "examples", "message": f"an object, not {kind(examples)}"}]
+    problems = []
+    unknown = sorted(set(examples) - {"match", "noMatch"})
+    if unknown:
+        problems.append({"path": "examples", "message": f"unknown fields: {', '.join(unknown)}"})
+    rule = CompiledRule(spec)
+    for name, should_match in (("match", True), ("noMatch", False)):
+        items = examples.get(name) or []
+        if not isinstance(items, list):
+            problems.append({"path": f"examples.{name}", "message": "a list of arguments"})
+            continue
+        if len(items) > MAX_EXAMPLES:
+            problems.append(
+                {"path": f"examples.{name}", "message": f"at most {MAX_EXAMPLES} examples"}
+            )
+            continue
+        for i, arguments in enumerate(items):
+            why = rule.conditions_failure(arguments)
+            if should_match and why is not None:
+                problems.append(
+                    {"path": f"examples.{name}.{i}", "message": f"the rule does not match: {why}"}
+                )
+            elif not should_match and why is None:
+                problems.append(
+                    {
+                        "path": f"examples.{name}.{i}",
+                        "message": "the rule matches it, but it is listed under noMatch",
+                    }
+                )
+    return problems
+
+
+def examples_normalized(examples) -> dict:
+    examples = examples or {}
+    return {
+        "match": list(examples.get("match") or []),
+        "noMatch": list(examples.get("noMatch") or []),
+    }
+
+
+def suggested_conditions(arguments) -> list[dict]:
+    """One `equals` condition per top-level argument (the rule editor's starting point, from
+    a card): a path must be a dotted path, so keys that are not one are left out."""
+    if not isinstance(arguments, dict):
+        return []
+    return [
+        {"path": key, "op": "equals", "value": value}
+        for key, value in arguments.items()
+        if path_parts(key) is not None and len(key.split(".")) == 1
+    ][:MAX_CONDITIONS]
