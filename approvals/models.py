@@ -5,6 +5,7 @@ import secrets
 from django.db import models
 from django.utils import timezone
 
+from approvals.rules import RuleSpec
 from console.models import ApiKey, Principal, Tenant
 from runs.models import Run
 
@@ -77,6 +78,25 @@ class Rule(models.Model):
 
     def __str__(self):
         return self.public_id
+
+    def spec(self) -> RuleSpec:
+        """What matching needs (approvals/rules.py); select_related `created_by` for lists."""
+        return RuleSpec(
+            id=self.public_id,
+            effect=self.effect,
+            tool_pattern=self.tool_pattern,
+            agent_pattern=self.agent_pattern,
+            principal_pattern=self.principal_pattern,
+            conversation_id=self.conversation_external_id,
+            run_id=self.run_external_id,
+            conditions=list(self.conditions or []),
+            message=self.message,
+            expires_at=self.expires_at,
+            active=self.active,
+            creator_key=self.created_by_id,
+            creator_id=self.created_by.external_id if self.created_by_id else None,
+            source=self,
+        )
 
 
 class RuleVersion(models.Model):

@@ -355,6 +355,7 @@ class RuleSpec:
     active: bool = True
     creator_key: Any = None  # the creator principal's identity (its database id)
     creator_id: str | None = None  # its wire id, for the reasons
+    source: Any = field(default=None, compare=False)  # what it was made from (a stored Rule)
 
 
 @dataclass(frozen=True)
@@ -396,6 +397,20 @@ class CompiledRule:
 
     def tool_matches(self, tool_name: str) -> bool:
         return bool(self._tool(tool_name))
+
+    def covers(self, tool_name: str, agent_id: str, *, now: datetime) -> bool:
+        """Does this rule speak for every call of this tool by this agent, whatever else the
+        call says (active, unexpired, both globs match, narrowed to no run or conversation)?
+        Conditions and the principal glob may still leave some calls to people."""
+        spec = self.spec
+        return (
+            spec.active
+            and (spec.expires_at is None or spec.expires_at > now)
+            and spec.run_id is None
+            and spec.conversation_id is None
+            and bool(self._tool(tool_name))
+            and bool(self._agent(agent_id))
+        )
 
     def conditions_failure(self, arguments) -> str | None:
         """Why the conditions do not all hold for these arguments (None: they do)."""
@@ -514,16 +529,15 @@ class RuleSet:
             self._memo[tool_name] = split
         return split
 
-    def decide(self, call: Call, *, now: datetime) -> Outcome:
-        """approve, deny or ask, and the deciding rule (no explanations: the hot path)."""
+    def decide(self, call: Call, *, now: datetime, allow_self_approval=None) -> Outcome:
+        """approve, deny or ask, and the deciding rule (no explanations: the hot path).
+        `allow_self_approval`: the tenant's setting now (default: the one compiled with)."""
         if not self.rules or call.tool_name in HUMAN_ONLY_TOOLS:
             return ASK
+        allow = self.allow_self_approval if allow_self_approval is None else allow_self_approval
         for group in self._split(call.tool_name):
             for rule in group:
-                if (
-                    rule.failure(call, now=now, allow_self_approval=self.allow_self_approval)
-                    is None
-                ):
+                if rule.failure(call, now=now, allow_self_approval=allow) is None:
                     return Outcome(rule.effect, rule)
         return ASK
 

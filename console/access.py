@@ -11,7 +11,7 @@ from fnmatch import fnmatchcase
 
 from django.db.models import QuerySet
 
-from approvals.models import Approval
+from approvals.models import Approval, Rule
 from console.errors import Forbidden, NotFound
 from console.models import CAPABILITIES, ApiKey, Principal
 from notifications.models import Notification
@@ -276,3 +276,28 @@ def notification_for(*, viewer: Viewer, notification_id: str):
     if notification is None:
         raise NotFound(f"no notification '{notification_id}'", code="notification_not_found")
     return notification
+
+
+def rules_of(*, viewer: Viewer) -> QuerySet:
+    """The tenant's lasting rules, for a viewer with `manage_rules` (Forbidden otherwise)."""
+    require_capability(viewer, "manage_rules")
+    return Rule.objects.filter(tenant_id=viewer.tenant_id).select_related("created_by")
+
+
+def rule_in_tenant(*, tenant_id: int, rule_id: str) -> None:
+    """NotFound unless this tenant holds a rule with this id (the API's 404 check)."""
+    if not Rule.objects.filter(tenant_id=tenant_id, public_id=rule_id).exists():
+        raise NotFound(f"no rule '{rule_id}'", code="rule_not_found")
+
+
+def rule_for(*, viewer: Viewer, rule_id: str) -> Rule:
+    """One rule of the viewer's tenant: NotFound outside it, Forbidden without manage_rules."""
+    rule = (
+        Rule.objects.select_related("created_by", "tenant")
+        .filter(tenant_id=viewer.tenant_id, public_id=rule_id)
+        .first()
+    )
+    if rule is None:
+        raise NotFound(f"no rule '{rule_id}'", code="rule_not_found")
+    require_capability(viewer, "manage_rules")
+    return rule

@@ -16,6 +16,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 
 from approvals.api import router as approvals_router
+from approvals.api_rules import router as rules_router
 from approvals.api_webhooks import router as webhooks_router
 from console import access
 from console.errors import GavelError
@@ -28,6 +29,7 @@ WIRE_PATH_PARAMS = {
     "run_id": "runId",
     "approval_id": "approvalId",
     "notification_id": "notificationId",
+    "rule_id": "ruleId",
 }
 
 
@@ -97,6 +99,8 @@ def _check_path_objects(request) -> None:
         access.run_in_tenant(tenant_id=tenant_id, run_id=kwargs["run_id"])
     if "approval_id" in kwargs:
         access.approval_in_tenant(tenant_id=tenant_id, approval_id=kwargs["approval_id"])
+    if "rule_id" in kwargs:
+        access.rule_in_tenant(tenant_id=tenant_id, rule_id=kwargs["rule_id"])
 
 
 def _field_path(loc) -> str:
@@ -194,3 +198,4 @@ api.add_router("/", runs_state_router)  # states and outcomes
 api.add_router("/", approvals_router)
 api.add_router("/", webhooks_router)
 api.add_router("/", notifications_router)
+api.add_router("/", rules_router)  # lasting decision rules (manage scope, manage_rules)

@@ -6,6 +6,7 @@ import os
 import pytest
 from django.db import connection
 
+from approvals.services.rules import rules_cache_clear
 from console import ratelimit
 from tests.factories import PrincipalFactory, TenantFactory, make_key
 
@@ -46,6 +47,14 @@ def _no_session_left_on_the_test_database(django_db_setup, django_db_blocker):
 @pytest.fixture(autouse=True)
 def _fresh_rate_limits():
     ratelimit.reset()
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _fresh_compiled_rules():
+    """Each process caches compiled rules by tenant id and rules version; a rolled-back test
+    database hands both out again, so every test starts with none."""
+    rules_cache_clear()
     yield
 
 
@@ -128,6 +137,17 @@ class ApiClient:
             path, data, content_type="application/json", headers=self._headers(headers)
         )
 
+    def patch(self, path, body=None, headers=None, raw=None):
+        import json
+
+        data = raw if raw is not None else json.dumps(body)
+        return self.client.patch(
+            path, data, content_type="application/json", headers=self._headers(headers)
+        )
+
+    def delete(self, path, headers=None):
+        return self.client.delete(path, headers=self._headers(headers))
+
     def put(self, path, body=None, headers=None, raw=None):
         import json
 
@@ -145,6 +165,12 @@ def ingest_a(client, tenant_a):
 @pytest.fixture
 def ingest_b(client, tenant_b):
     return ApiClient(client, make_key(tenant_b, scopes=("ingest",)))
+
+
+@pytest.fixture
+def rules_a(client, tenant_a, lead_a):
+    """A `manage` key of a lead (whose role has manage_rules) in tenant A."""
+    return ApiClient(client, make_key(tenant_a, scopes=("manage",), principal=lead_a))
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
+from approvals.services.rules import approvals_decide_by_rules
 from approvals.services.settle import approval_mirror_targets
 from approvals.services.webhooks import webhooks_approval_requested
 from console import realtime
@@ -30,7 +31,9 @@ def approvals_request(
 
     A call is a dict of tool_call_id, tool_name, arguments, reason, rejection_message and
     optional sub_run_tool_call_id / expires_at (default: the tenant's approval time to live).
-    A tool call id the run already holds is a Conflict.
+    A tool call id the run already holds is a Conflict. The calls a lasting rule matches are
+    decided here and now (created, then decided, in this transaction); webhooks hear
+    `approval.requested` only of the calls left to a human.
     """
     ids = [c["tool_call_id"] for c in calls]
     held = list(
@@ -65,10 +68,11 @@ def approvals_request(
         for i, call in enumerate(calls)
     ]
     Approval.objects.bulk_create(rows)
-    webhooks_approval_requested(approvals=rows)
     realtime.approvals_changed(
         run=run, approval_ids=[r.public_id for r in rows], change="requested"
     )
+    decided = approvals_decide_by_rules(run=run, approvals=rows)
+    webhooks_approval_requested(approvals=[r for r in rows if r.pk not in decided])
     return rows
 
 

@@ -46,12 +46,13 @@ def _next_decision_seq(run_id: int) -> int:
     return (current or 0) + 1
 
 
-def _settle_one(approval, *, status, message, arguments, principal, key, now, action) -> bool:
+def _settle_one(approval, *, status, message, arguments, principal, key, rule, now, action) -> bool:
     """The conditional UPDATE and its audit row. True when this call won."""
     fields = {
         "status": status,
         "decided_by": principal,
         "decided_via_key": key,
+        "decided_by_rule": rule,
         "decided_at": now,
         "message": message,
         "decided_arguments": arguments,
@@ -78,6 +79,8 @@ def _settle_one(approval, *, status, message, arguments, principal, key, now, ac
             "status": status,
             "message": message,
             "argumentsEdited": arguments is not None and arguments != approval.arguments,
+            # The deciding rule: the actor of a rule's decision (until AuditEvent has a column).
+            **({"actorRuleId": rule.public_id} if rule is not None else {}),
         },
     )
     realtime.approvals_changed(run=approval.run, approval_ids=[approval.public_id], change=status)
@@ -86,14 +89,15 @@ def _settle_one(approval, *, status, message, arguments, principal, key, now, ac
 
 
 def approval_settle(
-    *, approval, status, message, arguments, principal=None, key=None, action
+    *, approval, status, message, arguments, principal=None, key=None, rule=None, action
 ) -> bool:
-    """Decide an approval and its mirrors in one transaction. True when this call won."""
+    """Decide an approval and its mirrors in one transaction. True when this call won.
+    `rule`: a lasting rule decided it (approvals/services/rules.py; no principal then)."""
     now = timezone.now()
     with transaction.atomic():
         targets = approval_mirror_targets(approval)
         _lock_runs([approval.run_id] + [t.run_id for t in targets])
-        common = {"status": status, "principal": principal, "key": key, "now": now}
+        common = {"status": status, "principal": principal, "key": key, "rule": rule, "now": now}
         if not _settle_one(approval, message=message, arguments=arguments, action=action, **common):
             return False
         for target in targets:

@@ -161,6 +161,9 @@ def _check_replayed(*, run: Run, events: list, wires: list) -> None:
 def _apply_new(*, run: Run, events: list, wires: list) -> None:
     if run.is_finished:
         _finished_conflict(run=run, seq=events[0].seq)
+    # The runtime is reporting again: it has picked up what was decided ("runtime resumed").
+    # Before the batch's effects: a call a rule decides in this batch is not picked up yet.
+    approvals_mark_delivered(run=run)
     writes = RunWrites(run)
     now = writes.now
     rows_insert(
@@ -179,8 +182,6 @@ def _apply_new(*, run: Run, events: list, wires: list) -> None:
         EFFECTS[event.type](run, event, wire, writes)
     _log_project(run=run, events=events)
     writes.flush()
-    # The runtime is reporting again: it has picked up what was decided ("runtime resumed").
-    approvals_mark_delivered(run=run)
 
 
 def _finished_conflict(*, run: Run, seq: int):

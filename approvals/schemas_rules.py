@@ -1,0 +1,215 @@
+"""Rules on the wire (contract v1.1, "Rules: lasting decisions"): the rule resource, bodies to
+create, change, explain and preview, suggestions. Conditions and examples are checked by
+approvals/rules.py (pure), so a 422 names the condition (`conditions.3.op`) or the example
+(`examples.match.0`) whichever way a rule is saved (API or console)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from ninja import Field
+from pydantic import AwareDatetime, ConfigDict, model_validator
+from pydantic.alias_generators import to_camel
+
+from approvals.models import Rule
+from console.schemas import CamelSchema
+
+Pattern = Annotated[str, Field(min_length=1, max_length=255)]
+WireId = Annotated[str, Field(min_length=1, max_length=255)]
+RunId = Annotated[str, Field(min_length=1, max_length=128)]
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+Message = Annotated[str, Field(max_length=10_000)]
+Effect = Literal["approve", "deny"]
+
+
+class In(CamelSchema):
+    """A misspelt field is a 422, never silently dropped."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class ExamplesIn(In):
+    match: list[Any] = Field(default_factory=list)
+    no_match: list[Any] = Field(default_factory=list)
+
+
+class RuleIn(In):
+    """`POST /rules`: a new rule (or an unsaved one to preview)."""
+
+    name: Name
+    effect: Effect
+    tool_pattern: Pattern = "*"
+    agent_pattern: Pattern = "*"
+    principal_pattern: Pattern = "*"
+    conversation_id: WireId | None = None
+    run_id: RunId | None = None
+    conditions: list[Any] = Field(default_factory=list)
+    message: Message | None = None
+    expires_at: AwareDatetime | None = None
+    active: bool = True
+    examples: ExamplesIn | None = None
+
+
+NULLABLE = {"conversation_id", "run_id", "message", "expires_at", "examples"}
+
+
+class RulePatchIn(In):
+    """`PATCH /rules/{ruleId}`: any of the fields; null clears the nullable ones."""
+
+    name: Name | None = None
+    effect: Effect | None = None
+    tool_pattern: Pattern | None = None
+    agent_pattern: Pattern | None = None
+    principal_pattern: Pattern | None = None
+    conversation_id: WireId | None = None
+    run_id: RunId | None = None
+    conditions: list[Any] | None = None
+    message: Message | None = None
+    expires_at: AwareDatetime | None = None
+    active: bool | None = None
+    examples: ExamplesIn | None = None
+
+    @model_validator(mode="after")
+    def _no_null_where_a_value_is_needed(self):
+        nulled = sorted(
+            to_camel(name)
+            for name in self.model_fields_set - NULLABLE
+            if getattr(self, name) is None
+        )
+        if nulled:
+            raise ValueError(f"these fields cannot be null: {', '.join(nulled)}")
+        return self
+
+
+def rule_fields(body: In) -> dict:
+    """The snake_case fields a body sets (examples in their wire form)."""
+    fields = {name: getattr(body, name) for name in body.model_fields_set}
+    if "examples" in fields and fields["examples"] is not None:
+        fields["examples"] = {
+            "match": list(body.examples.match),
+            "noMatch": list(body.examples.no_match),
+        }
+    return fields
+
+
+class RuleOut(CamelSchema):
+    id: str
+    name: str
+    effect: Effect
+    tool_pattern: str
+    agent_pattern: str
+    principal_pattern: str
+    conversation_id: str | None
+    run_id: str | None
+    conditions: list[Any]
+    message: str | None
+    expires_at: datetime | None
+    active: bool
+    created_by: str | None
+    created_at: datetime
+    hits: int
+    last_hit_at: datetime | None
+    examples: dict
+
+
+def rule_resource(rule: Rule) -> dict:
+    """The rule resource (snake_case keys; RuleOut maps them). select_related `created_by`."""
+    return {
+        "id": rule.public_id,
+        "name": rule.name,
+        "effect": rule.effect,
+        "tool_pattern": rule.tool_pattern,
+        "agent_pattern": rule.agent_pattern,
+        "principal_pattern": rule.principal_pattern,
+        "conversation_id": rule.conversation_external_id,
+        "run_id": rule.run_external_id,
+        "conditions": rule.conditions,
+        "message": rule.message,
+        "expires_at": rule.expires_at,
+        "active": rule.active,
+        "created_by": rule.created_by.external_id if rule.created_by_id else None,
+        "created_at": rule.created_at,
+        "hits": rule.hits,
+        "last_hit_at": rule.last_hit_at,
+        "examples": rule.examples or {"match": [], "noMatch": []},
+    }
+
+
+def rule_wire(rule: Rule) -> dict:
+    """The rule resource as JSON (audit rows keep it as the wire has it)."""
+    return RuleOut.model_validate(rule_resource(rule)).model_dump(by_alias=True, mode="json")
+
+
+class RuleListQuery(CamelSchema):
+    limit: Annotated[int, Field(ge=1, le=200)] = 50
+    cursor: str | None = None
+
+
+class RuleListOut(CamelSchema):
+    items: list[RuleOut]
+    next_cursor: str | None
+
+
+class SuggestionOut(CamelSchema):
+    tool_name: str
+    agent_id: str
+    approved: int
+    denied: int
+    last_decided_at: datetime
+    rule: dict  # a rule body ready to POST (camelCase)
+
+
+class SuggestionsOut(CamelSchema):
+    items: list[SuggestionOut]
+
+
+class ExplainIn(In):
+    """`POST /rules/explain`: a call as it would be requested. With `runId`, the run's agent,
+    principal and conversation are the call's (unless given here)."""
+
+    tool_name: WireId
+    arguments: Any = None
+    agent_id: WireId | None = None
+    principal_id: WireId | None = None
+    run_id: RunId | None = None
+    conversation_id: WireId | None = None
+
+
+class ExplainedRuleOut(CamelSchema):
+    id: str
+    name: str
+    effect: Effect
+    matched: bool
+    failed: str | None
+
+
+class ExplainOut(CamelSchema):
+    decision: Literal["approve", "deny", "ask"]
+    rule_id: str | None
+    rules: list[ExplainedRuleOut]
+
+
+class PreviewQuery(CamelSchema):
+    days: Annotated[int, Field(ge=1, le=90)] = 30
+
+
+class PreviewCallOut(CamelSchema):
+    approval_id: str
+    run_id: str
+    tool_name: str
+    agent_id: str
+    principal_id: str | None
+    arguments: Any
+    status: str
+    requested_at: datetime
+
+
+class PreviewOut(CamelSchema):
+    days: int
+    since: datetime
+    decision: Effect
+    count: int
+    scanned: int
+    truncated: bool
+    calls: list[PreviewCallOut]

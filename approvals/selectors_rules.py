@@ -1,0 +1,264 @@
+"""Reads about lasting rules: the list, suggestions from the decisions people made, `explain`
+(which rule would decide a call, and why each other one does not) and previews against the
+calls of the last days. Every function reaches the tenant through console/access.py."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import replace
+from datetime import timedelta
+
+from django.db.models import Count, F, Max, Q
+from django.utils import timezone
+
+from approvals.models import Approval, ApprovalStatus
+from approvals.rules import (
+    HUMAN_ONLY_TOOLS,
+    Call,
+    CompiledRule,
+    RuleSet,
+    RuleSpec,
+    glob_escape,
+)
+from approvals.schemas_rules import rule_resource
+from console import access
+from console.errors import Invalid
+from console.models import Principal
+
+SUGGEST_DAYS = 30
+SUGGEST_MIN_DECISIONS = 10
+PREVIEW_SCAN = 10_000  # the newest calls of the period a preview reads, at most
+PREVIEW_SHOWN = 20
+
+
+# ---- the list ----
+
+
+def _cursor_encode(pk: int) -> str:
+    return base64.urlsafe_b64encode(f"rule:{pk}".encode()).decode().rstrip("=")
+
+
+def _cursor_decode(cursor: str) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        kind, _, pk = raw.partition(":")
+        if kind != "rule" or not pk.isdigit():
+            raise ValueError(raw)
+        return int(pk)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise Invalid(
+            "the cursor is not one this server issued",
+            code="validation_error",
+            details=[{"path": "query.cursor", "message": "invalid cursor"}],
+        ) from None
+
+
+def rules_page(*, viewer, limit: int = 50, cursor: str | None = None) -> tuple[list, str | None]:
+    """The tenant's rules, newest first (inactive ones too), keyset-paginated."""
+    qs = access.rules_of(viewer=viewer)
+    if cursor:
+        qs = qs.filter(pk__lt=_cursor_decode(cursor))
+    rows = list(qs.order_by("-pk")[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, _cursor_encode(rows[-1].pk) if more else None
+
+
+def rules_list(*, viewer, limit: int = 50, cursor: str | None = None) -> dict:
+    rows, next_cursor = rules_page(viewer=viewer, limit=limit, cursor=cursor)
+    return {"items": [rule_resource(r) for r in rows], "next_cursor": next_cursor}
+
+
+# ---- suggestions ----
+
+
+def suggestion_body(*, tool_name: str, agent_id: str, effect: str) -> dict:
+    """A rule body ready to POST: every call of this tool by this agent, decided one way."""
+    verb = "approve" if effect == "approve" else "deny"
+    return {
+        "name": f"Always {verb} {tool_name} from {agent_id}"[:200],
+        "effect": effect,
+        "toolPattern": glob_escape(tool_name),
+        "agentPattern": glob_escape(agent_id),
+        "principalPattern": "*",
+        "conditions": [],
+    }
+
+
+def rule_suggestions(*, viewer, now=None) -> list[dict]:
+    """Each tool and agent that people decided at least 10 times in the last 30 days, always
+    the same way, and that no active rule covers; most decided first. The history is one
+    aggregate query (GROUP BY tool and agent, on the decided-at index); the rules one more."""
+    rules = access.rules_of(viewer=viewer)
+    now = now or timezone.now()
+    approved, denied = ApprovalStatus.APPROVED, ApprovalStatus.DENIED
+    groups = (
+        Approval.objects.filter(
+            tenant_id=viewer.tenant_id,
+            decided_at__gte=now - timedelta(days=SUGGEST_DAYS),
+            decided_by__isnull=False,  # people (a rule's decisions and expiries are not)
+            status__in=[approved, denied],
+            mirror_of__isnull=True,
+        )
+        .exclude(tool_name__in=HUMAN_ONLY_TOOLS)
+        .values("tool_name", agent=F("run__current_agent_id"))
+        .annotate(
+            approved=Count("pk", filter=Q(status=approved)),
+            denied=Count("pk", filter=Q(status=denied)),
+            total=Count("pk"),
+            last=Max("decided_at"),
+        )
+        .filter(Q(approved=0) | Q(denied=0), total__gte=SUGGEST_MIN_DECISIONS)
+        .order_by("-total", "tool_name", "agent")
+    )
+    compiled = [CompiledRule(r.spec()) for r in rules.filter(active=True)]
+    out = []
+    for g in groups:
+        if any(r.covers(g["tool_name"], g["agent"], now=now) for r in compiled):
+            continue
+        effect = "approve" if g["approved"] else "deny"
+        out.append(
+            {
+                "tool_name": g["tool_name"],
+                "agent_id": g["agent"],
+                "approved": g["approved"],
+                "denied": g["denied"],
+                "last_decided_at": g["last"],
+                "rule": suggestion_body(
+                    tool_name=g["tool_name"], agent_id=g["agent"], effect=effect
+                ),
+            }
+        )
+    return out
+
+
+# ---- explain ----
+
+
+def _principal_key(tenant_id: int, principal_id: str | None):
+    if principal_id is None:
+        return None
+    return (
+        Principal.objects.filter(tenant_id=tenant_id, external_id=principal_id)
+        .values_list("pk", flat=True)
+        .first()
+    )
+
+
+def explain_call(*, viewer, tool_name, arguments=None, agent_id=None, principal_id=None,
+                 run_id=None, conversation_id=None) -> Call:  # fmt: skip
+    """The call to explain. With `run_id` (NotFound outside the tenant) its agent, principal
+    and conversation come from the run, unless given."""
+    tenant_id = viewer.tenant_id
+    if run_id is not None:
+        run = access.run_in_tenant(tenant_id=tenant_id, run_id=run_id)
+        if agent_id is None:
+            agent_id = run.current_agent_id
+        if principal_id is None and run.principal_id:
+            principal_id = run.principal.external_id
+        if conversation_id is None and run.conversation_id:
+            conversation_id = run.conversation.external_id
+    return Call(
+        tool_name=tool_name,
+        arguments=arguments,
+        agent_id=agent_id or "",
+        principal_id=principal_id,
+        principal_key=_principal_key(tenant_id, principal_id),
+        run_id=run_id,
+        conversation_id=conversation_id,
+    )
+
+
+def rule_explain(*, viewer, call: Call, now=None) -> dict:
+    """Which active rule would decide this call (it decides nothing), and for every active
+    rule whose tool glob matches: matched, and why it does not decide."""
+    rules = access.rules_of(viewer=viewer).filter(active=True).order_by("created_at", "id")
+    tenant = viewer.tenant
+    ruleset = RuleSet([r.spec() for r in rules], allow_self_approval=tenant.allow_self_approval)
+    outcome = ruleset.explain(call, now=now or timezone.now())
+    return {
+        "decision": outcome.decision,
+        "rule_id": outcome.rule_id,
+        "rules": [
+            {
+                "id": e.rule.id,
+                "name": e.rule.spec.source.name,
+                "effect": e.rule.effect,
+                "matched": e.matched,
+                "failed": e.failed,
+            }
+            for e in outcome.rules
+        ],
+    }
+
+
+# ---- previews ----
+
+
+def _history(*, tenant_id: int, spec: RuleSpec, since):
+    """The period's calls (newest first, at most PREVIEW_SCAN), with what a rule reads of
+    their runs: one query. A tool glob without wildcards narrows it to that tool."""
+    qs = Approval.objects.filter(
+        tenant_id=tenant_id, requested_at__gte=since, mirror_of__isnull=True
+    ).exclude(tool_name__in=HUMAN_ONLY_TOOLS)
+    if not any(ch in spec.tool_pattern for ch in "*?["):
+        qs = qs.filter(tool_name=spec.tool_pattern)
+    return qs.order_by("-requested_at", "-pk").values(
+        "public_id",
+        "tool_name",
+        "arguments",
+        "status",
+        "requested_at",
+        run_wire_id=F("run__external_id"),
+        agent=F("run__current_agent_id"),
+        principal_key=F("run__principal_id"),
+        principal_wire_id=F("run__principal__external_id"),
+        conversation_wire_id=F("run__conversation__external_id"),
+    )[:PREVIEW_SCAN]
+
+
+def rule_preview(*, viewer, spec: RuleSpec, days: int = 30, now=None) -> dict:
+    """How many of the last `days` days' calls this rule would have decided (as if active and
+    unexpired; calls of its creator's own runs not, unless self-approval is allowed), with
+    the newest PREVIEW_SHOWN of them. Matching runs in Python over one bounded query."""
+    access.require_capability(viewer, "manage_rules")
+    now = now or timezone.now()
+    since = now - timedelta(days=days)
+    rule = CompiledRule(replace(spec, active=True, expires_at=None))
+    allow = viewer.tenant.allow_self_approval
+    rows = list(_history(tenant_id=viewer.tenant_id, spec=spec, since=since))
+    matched = []
+    for row in rows:
+        call = Call(
+            tool_name=row["tool_name"],
+            arguments=row["arguments"],
+            agent_id=row["agent"],
+            principal_id=row["principal_wire_id"],
+            principal_key=row["principal_key"],
+            run_id=row["run_wire_id"],
+            conversation_id=row["conversation_wire_id"],
+        )
+        if rule.failure(call, now=now, allow_self_approval=allow) is None:
+            matched.append(row)
+    return {
+        "days": days,
+        "since": since,
+        "decision": spec.effect,
+        "count": len(matched),
+        "scanned": len(rows),
+        "truncated": len(rows) >= PREVIEW_SCAN,
+        "calls": [
+            {
+                "approval_id": r["public_id"],
+                "run_id": r["run_wire_id"],
+                "tool_name": r["tool_name"],
+                "agent_id": r["agent"],
+                "principal_id": r["principal_wire_id"],
+                "arguments": r["arguments"],
+                "status": r["status"],
+                "requested_at": r["requested_at"],
+            }
+            for r in matched[:PREVIEW_SHOWN]
+        ],
+    }

@@ -1,0 +1,300 @@
+"""Lasting decision rules, the writes: saving rules (audited, versioned) and deciding calls by
+them the moment they are requested.
+
+Each process keeps every tenant's active rules compiled (approvals/rules.py) together with the
+tenant's rules version (`RuleVersion`), which every rule write bumps in its own transaction. An
+`approval.requested` batch reads that version once (one small query, whatever the number of
+rules or calls); only when it moved are the rules read and compiled again. So a rule saved
+through one process applies to the next call ingested through any other, and a batch costs no
+query per rule and none per call that no rule decides. A call a rule decides is settled by the
+one writer (approvals/services/settle.py) with the rule as its actor; the rules' `hits` grow in
+one atomic UPDATE per batch.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from django.db import IntegrityError, transaction
+from django.db.models import Case, F, PositiveBigIntegerField, Value, When
+from django.db.models.functions import Coalesce, Greatest
+from django.utils import timezone
+
+from approvals.models import Approval, ApprovalStatus, Rule, RuleVersion
+from approvals.rules import (
+    Call,
+    RuleInvalid,
+    RuleSet,
+    RuleSpec,
+    conditions_validate,
+    examples_normalized,
+    examples_problems,
+)
+from approvals.schemas_rules import rule_wire
+from approvals.services.settle import approval_settle
+from console.errors import Invalid
+from console.services import audit
+
+# wire field (snake_case) -> the model's field
+FIELDS = {
+    "name": "name",
+    "effect": "effect",
+    "tool_pattern": "tool_pattern",
+    "agent_pattern": "agent_pattern",
+    "principal_pattern": "principal_pattern",
+    "conversation_id": "conversation_external_id",
+    "run_id": "run_external_id",
+    "conditions": "conditions",
+    "message": "message",
+    "expires_at": "expires_at",
+    "active": "active",
+    "examples": "examples",
+}
+DEFAULTS = {
+    "tool_pattern": "*",
+    "agent_pattern": "*",
+    "principal_pattern": "*",
+    "conversation_id": None,
+    "run_id": None,
+    "conditions": [],
+    "message": None,
+    "expires_at": None,
+    "active": True,
+    "examples": None,
+}
+
+
+# ---- validation ------------------------------------------------------------------------------
+
+
+def rule_fields_checked(fields: dict) -> dict:
+    """A whole rule's wire fields (snake_case) checked and normalized: conditions (each op, its
+    value's type, dotted paths, at most 20) and the examples, which must agree with the
+    conditions. Invalid (422) names each bad condition or example."""
+    try:
+        conditions = conditions_validate(fields.get("conditions"))
+    except RuleInvalid as exc:
+        raise Invalid(exc.message, code="validation_error", details=exc.details) from None
+    examples = fields.get("examples")
+    spec = RuleSpec(id=None, effect=fields["effect"], conditions=conditions)
+    problems = examples_problems(spec, examples)
+    if problems:
+        first = problems[0]
+        raise Invalid(
+            f"{first['path']}: {first['message']}", code="validation_error", details=problems
+        )
+    return {**fields, "conditions": conditions, "examples": examples_normalized(examples)}
+
+
+def rule_spec_unsaved(*, fields: dict, creator=None) -> RuleSpec:
+    """An unsaved rule body as matching sees it (previews), checked like a save."""
+    fields = rule_fields_checked({**DEFAULTS, **fields})
+    return RuleSpec(
+        id=None,
+        effect=fields["effect"],
+        tool_pattern=fields["tool_pattern"],
+        agent_pattern=fields["agent_pattern"],
+        principal_pattern=fields["principal_pattern"],
+        conversation_id=fields["conversation_id"],
+        run_id=fields["run_id"],
+        conditions=fields["conditions"],
+        message=fields["message"],
+        expires_at=fields["expires_at"],
+        active=fields["active"],
+        creator_key=creator.pk if creator is not None else None,
+        creator_id=creator.external_id if creator is not None else None,
+    )
+
+
+# ---- writes ----------------------------------------------------------------------------------
+
+
+def _rules_changed(*, tenant_id: int) -> None:
+    """Bump the tenant's rules version (in the writing transaction): every process compiles
+    the tenant's rules again on its next batch."""
+    if RuleVersion.objects.filter(tenant_id=tenant_id).update(version=F("version") + 1):
+        return
+    try:
+        with transaction.atomic():
+            RuleVersion.objects.create(tenant_id=tenant_id, version=1)
+    except IntegrityError:  # a concurrent first write made the row
+        RuleVersion.objects.filter(tenant_id=tenant_id).update(version=F("version") + 1)
+
+
+def _audit(rule: Rule, *, action: str, before, principal, key) -> None:
+    audit(
+        tenant=rule.tenant,
+        action=action,
+        object_type="rule",
+        object_id=rule.public_id,
+        principal=principal,
+        key=key,
+        data={"before": before, "after": rule_wire(rule)},
+    )
+
+
+@transaction.atomic
+def rule_create(*, tenant, fields: dict, principal, key=None) -> Rule:
+    """A new rule made by `principal` (through `key`, a manage key, when not in the console)."""
+    fields = rule_fields_checked({**DEFAULTS, **fields})
+    rule = Rule(tenant=tenant, created_by=principal)
+    for name, attname in FIELDS.items():
+        setattr(rule, attname, fields[name])
+    rule.created_at = rule.updated_at = timezone.now()
+    rule.save()
+    _rules_changed(tenant_id=tenant.pk)
+    _audit(rule, action="rule.created", before=None, principal=principal, key=key)
+    return rule
+
+
+def _locked(rule: Rule) -> Rule:
+    return (
+        Rule.objects.select_for_update(of=("self",))
+        .select_related("created_by", "tenant")
+        .get(pk=rule.pk)
+    )
+
+
+@transaction.atomic
+def rule_update(*, rule: Rule, fields: dict, principal, key=None) -> Rule:
+    """Change some of a rule's fields; the whole rule is checked again (examples included).
+    Calls decided already are never touched: a rule decides only calls requested after."""
+    rule = _locked(rule)
+    before = rule_wire(rule)
+    current = {name: getattr(rule, attname) for name, attname in FIELDS.items()}
+    merged = rule_fields_checked({**current, **fields})
+    changed = [FIELDS[n] for n in FIELDS if merged[n] != current[n]]
+    if not changed:
+        return rule
+    for name, attname in FIELDS.items():
+        setattr(rule, attname, merged[name])
+    rule.updated_at = timezone.now()
+    rule.save(update_fields=[*changed, "updated_at"])  # never hits: they grow concurrently
+    _rules_changed(tenant_id=rule.tenant_id)
+    _audit(rule, action="rule.updated", before=before, principal=principal, key=key)
+    return rule
+
+
+@transaction.atomic
+def rule_deactivate(*, rule: Rule, principal, key=None) -> Rule:
+    """DELETE: the rule stops deciding; it stays, listed with active false."""
+    rule = _locked(rule)
+    if not rule.active:
+        return rule
+    before = rule_wire(rule)
+    rule.active = False
+    rule.updated_at = timezone.now()
+    rule.save(update_fields=["active", "updated_at"])
+    _rules_changed(tenant_id=rule.tenant_id)
+    _audit(rule, action="rule.deleted", before=before, principal=principal, key=key)
+    return rule
+
+
+# ---- deciding at request time ------------------------------------------------------------------
+
+# tenant id -> (rules version, its active rules compiled). Per process; a version read with
+# each batch says when an entry is stale.
+_compiled: dict[int, tuple[int, RuleSet]] = {}
+
+
+def rules_version(*, tenant_id: int) -> int:
+    """The tenant's rules version (0: it never had a rule). One small query."""
+    return (
+        RuleVersion.objects.filter(tenant_id=tenant_id).values_list("version", flat=True).first()
+        or 0
+    )
+
+
+def ruleset_for(*, tenant, version: int) -> RuleSet:
+    """The tenant's active rules compiled, from this process's cache while `version` holds.
+    The rules are read after the version, so an entry is never older than its version says."""
+    cached = _compiled.get(tenant.pk)
+    if cached is not None and cached[0] == version:
+        return cached[1]
+    rules = (
+        Rule.objects.filter(tenant_id=tenant.pk, active=True)
+        .select_related("created_by")
+        .order_by("created_at", "id")
+    )
+    ruleset = RuleSet(
+        [r.spec() for r in rules if r.expires_at is None or r.expires_at > timezone.now()],
+        allow_self_approval=tenant.allow_self_approval,
+    )
+    _compiled[tenant.pk] = (version, ruleset)
+    return ruleset
+
+
+def rules_cache_clear() -> None:
+    """Forget every compiled rule set (tests)."""
+    _compiled.clear()
+
+
+def _facts(run, ruleset: RuleSet) -> dict:
+    """The run's side of a call, read only when some rule looks at it."""
+    principal_id = None
+    if ruleset.needs_principal_id and run.principal_id:
+        principal_id = run.principal.external_id
+    conversation_id = None
+    if ruleset.needs_conversation and run.conversation_id:
+        conversation_id = run.conversation.external_id
+    return {
+        "agent_id": run.current_agent_id,
+        "principal_id": principal_id,
+        "principal_key": run.principal_id,
+        "run_id": run.external_id,
+        "conversation_id": conversation_id,
+    }
+
+
+def _hits_add(counts: Counter, now) -> None:
+    """hits = hits + n for each rule in one UPDATE (exact under any concurrency)."""
+    whens = [When(pk=pk, then=Value(n)) for pk, n in counts.items()]
+    Rule.objects.filter(pk__in=sorted(counts)).update(
+        hits=F("hits") + Case(*whens, default=Value(0), output_field=PositiveBigIntegerField()),
+        last_hit_at=Greatest(Coalesce(F("last_hit_at"), Value(now)), Value(now)),
+    )
+
+
+def approvals_decide_by_rules(*, run, approvals: list[Approval]) -> set[int]:
+    """Decide the new approvals (inside their requesting transaction) that a rule of the tenant
+    matches; returns their ids. Each is settled by the one writer with the rule as its actor:
+    a deny rule's message (else the call's rejection message) is what the model reads, an
+    approval runs the requested arguments. Undecided calls cost nothing here."""
+    version = rules_version(tenant_id=run.tenant_id)
+    if not version:
+        return set()
+    tenant = run.tenant
+    ruleset = ruleset_for(tenant=tenant, version=version)
+    if not len(ruleset):
+        return set()
+    facts, now = _facts(run, ruleset), timezone.now()
+    allow = tenant.allow_self_approval
+    decided, hits = set(), Counter()
+    for approval in approvals:
+        call = Call(tool_name=approval.tool_name, arguments=approval.arguments, **facts)
+        outcome = ruleset.decide(call, now=now, allow_self_approval=allow)
+        if outcome.rule is not None and _settle(approval, outcome.rule.spec):
+            decided.add(approval.pk)
+            hits[outcome.rule.spec.source.pk] += 1
+    if hits:
+        _hits_add(hits, now)
+    return decided
+
+
+def _settle(approval: Approval, spec: RuleSpec) -> bool:
+    deny = spec.effect == "deny"
+    status = ApprovalStatus.DENIED if deny else ApprovalStatus.APPROVED
+    message = (spec.message or approval.rejection_message) if deny else spec.message
+    arguments = None if deny else approval.arguments
+    won = approval_settle(
+        approval=approval,
+        status=status,
+        message=message,
+        arguments=arguments,
+        rule=spec.source,
+        action="approval.decided",
+    )
+    if won:  # the caller's rows say what the database now holds
+        approval.status, approval.message, approval.decided_arguments = status, message, arguments
+        approval.decided_by_rule = spec.source
+    return won
