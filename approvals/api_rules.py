@@ -17,13 +17,9 @@ from approvals.schemas_rules import (
     SuggestionsOut,
     rule_fields,
     rule_resource,
-)
-from approvals.services.rules import (
-    rule_create,
-    rule_deactivate,
     rule_spec_unsaved,
-    rule_update,
 )
+from approvals.services.rules import rule_create, rule_deactivate, rule_update
 from console import access
 from console.auth import KeyAuth
 from console.schemas import errors

@@ -13,6 +13,14 @@ from pydantic import AwareDatetime, ConfigDict, model_validator
 from pydantic.alias_generators import to_camel
 
 from approvals.models import Rule
+from approvals.rules import (
+    RuleInvalid,
+    RuleSpec,
+    conditions_validate,
+    examples_normalized,
+    examples_problems,
+)
+from console.errors import Invalid
 from console.schemas import CamelSchema
 
 Pattern = Annotated[str, Field(min_length=1, max_length=255)]
@@ -213,3 +221,56 @@ class PreviewOut(CamelSchema):
     scanned: int
     truncated: bool
     calls: list[PreviewCallOut]
+
+
+DEFAULTS = {
+    "tool_pattern": "*",
+    "agent_pattern": "*",
+    "principal_pattern": "*",
+    "conversation_id": None,
+    "run_id": None,
+    "conditions": [],
+    "message": None,
+    "expires_at": None,
+    "active": True,
+    "examples": None,
+}
+
+
+def rule_fields_checked(fields: dict) -> dict:
+    """A whole rule's wire fields (snake_case) checked and normalized: conditions (each op, its
+    value's type, dotted paths, at most 20) and the examples, which must agree with the
+    conditions. Invalid (422) names each bad condition or example."""
+    try:
+        conditions = conditions_validate(fields.get("conditions"))
+    except RuleInvalid as exc:
+        raise Invalid(exc.message, code="validation_error", details=exc.details) from None
+    examples = fields.get("examples")
+    spec = RuleSpec(id=None, effect=fields["effect"], conditions=conditions)
+    problems = examples_problems(spec, examples)
+    if problems:
+        first = problems[0]
+        raise Invalid(
+            f"{first['path']}: {first['message']}", code="validation_error", details=problems
+        )
+    return {**fields, "conditions": conditions, "examples": examples_normalized(examples)}
+
+
+def rule_spec_unsaved(*, fields: dict, creator=None) -> RuleSpec:
+    """An unsaved rule body as matching sees it (previews), checked like a save."""
+    fields = rule_fields_checked({**DEFAULTS, **fields})
+    return RuleSpec(
+        id=None,
+        effect=fields["effect"],
+        tool_pattern=fields["tool_pattern"],
+        agent_pattern=fields["agent_pattern"],
+        principal_pattern=fields["principal_pattern"],
+        conversation_id=fields["conversation_id"],
+        run_id=fields["run_id"],
+        conditions=fields["conditions"],
+        message=fields["message"],
+        expires_at=fields["expires_at"],
+        active=fields["active"],
+        creator_key=creator.pk if creator is not None else None,
+        creator_id=creator.external_id if creator is not None else None,
+    )

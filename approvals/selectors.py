@@ -31,7 +31,15 @@ SECRET_VALUE_RE = re.compile(
 )
 LONG_VALUE = 160  # characters shown before a value is collapsed
 FILTERS = ("tool", "agent", "principal", "run")
-CARD_RELATED = ("run", "run__tenant", "run__principal", "run__agent", "decided_by", "tenant")
+CARD_RELATED = (
+    "run",
+    "run__tenant",
+    "run__principal",
+    "run__agent",
+    "decided_by",
+    "decided_by_rule",
+    "tenant",
+)
 
 
 def _looks_secret(key, value) -> bool:
@@ -116,6 +124,9 @@ def _card(approval, viewer, *, refusal, notice) -> dict:
         "seconds_left": max(0, int((approval.expires_at - now).total_seconds())),
         "pickup": _pickup(approval),
         "decided_by": approval.decided_by,
+        "decided_by_rule": approval.decided_by_rule,
+        # "Always approve calls like this": a rule editor prefilled from this call.
+        "can_make_rule": viewer is not None and access.can(viewer, "manage_rules"),
         "notice": notice,
         **_run_facts(approval.run),
     }

@@ -20,10 +20,11 @@ from approvals.rules import (
     RuleSet,
     RuleSpec,
     glob_escape,
+    suggested_conditions,
 )
-from approvals.schemas_rules import rule_resource
+from approvals.schemas_rules import rule_resource, rule_spec_unsaved
 from console import access
-from console.errors import Invalid
+from console.errors import Invalid, NotFound
 from console.models import Principal
 
 SUGGEST_DAYS = 30
@@ -262,3 +263,90 @@ def rule_preview(*, viewer, spec: RuleSpec, days: int = 30, now=None) -> dict:
             for r in matched[:PREVIEW_SHOWN]
         ],
     }
+
+
+# ---- the console's pages ----
+
+
+def rules_page_context(*, viewer, saved: str | None = None, cursor: str | None = None) -> dict:
+    """`/rules/`: the rules (200 a page, newest first) with hits, last hit, creator and expiry;
+    the suggestions with their counts."""
+    rows, next_cursor = rules_page(viewer=viewer, limit=200, cursor=cursor)
+    now = timezone.now()
+    return {
+        "rules": [
+            {
+                "rule": r,
+                "expired": r.expires_at is not None and r.expires_at <= now,
+                "conditions": len(r.conditions or []),
+            }
+            for r in rows
+        ],
+        "next_cursor": next_cursor,
+        "suggestions": rule_suggestions(viewer=viewer, now=now),
+        "saved": next((r for r in rows if r.public_id == saved), None) if saved else None,
+    }
+
+
+def _snake(body: dict) -> dict:
+    names = {"toolPattern": "tool_pattern", "agentPattern": "agent_pattern"}
+    names["principalPattern"] = "principal_pattern"
+    return {names.get(k, k): v for k, v in body.items()}
+
+
+def suggestion_for(*, viewer, tool_name: str, agent_id: str) -> dict:
+    """The rule fields of the suggestion for this tool and agent (NotFound once no longer
+    suggested: decided otherwise since, or covered by a rule)."""
+    for item in rule_suggestions(viewer=viewer):
+        if item["tool_name"] == tool_name and item["agent_id"] == agent_id:
+            return _snake(item["rule"])
+    raise NotFound(f"no suggestion for {tool_name} from {agent_id} now", code="not_found")
+
+
+def rule_fields_from_approval(*, viewer, approval_id: str) -> dict:
+    """ "Always approve calls like this": a rule for this call's tool and agent, with one
+    `equals` condition per top-level argument (each editable before saving)."""
+    access.require_capability(viewer, "manage_rules")
+    approval = access.approval_for(viewer=viewer, approval_id=approval_id)
+    agent = approval.run.current_agent_id
+    return {
+        "name": f"Always approve {approval.tool_name} from {agent}"[:200],
+        "effect": "approve",
+        "tool_pattern": glob_escape(approval.tool_name),
+        "agent_pattern": glob_escape(agent),
+        "principal_pattern": "*",
+        "conditions": suggested_conditions(approval.arguments),
+    }
+
+
+def rule_fields_of(rule) -> dict:
+    """A saved rule's fields, as the editor starts from them."""
+    return {
+        "name": rule.name,
+        "effect": rule.effect,
+        "tool_pattern": rule.tool_pattern,
+        "agent_pattern": rule.agent_pattern,
+        "principal_pattern": rule.principal_pattern,
+        "conversation_id": rule.conversation_external_id,
+        "run_id": rule.run_external_id,
+        "conditions": rule.conditions,
+        "message": rule.message,
+        "expires_at": rule.expires_at,
+        "active": rule.active,
+        "examples": rule.examples,
+    }
+
+
+def rule_preview_context(*, viewer, fields: dict, rule=None, problems=(), days: int = 30) -> dict:
+    """`rules/editor.html#rule-preview`: how many of the last `days` days' calls the rule as
+    typed would have decided, with the newest of them; or why it cannot be saved as typed."""
+    base = {"preview": None, "preview_problems": list(problems), "preview_days": days}
+    if problems:
+        return base
+    creator = rule.created_by if rule is not None else viewer
+    try:
+        spec = rule_spec_unsaved(fields=fields, creator=creator)
+    except Invalid as exc:
+        details = exc.details or []
+        return {**base, "preview_problems": [f"{d['path']}: {d['message']}" for d in details]}
+    return {**base, "preview": rule_preview(viewer=viewer, spec=spec, days=days)}

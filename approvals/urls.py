@@ -1,11 +1,12 @@
 from django.urls import path
 
-from approvals import views
+from approvals import views, views_rules
 
 app_name = "approvals"
 
 urlpatterns = [
     path("approvals/", views.inbox, name="inbox"),
+    path("approvals/stats/", views_rules.decision_stats, name="stats"),
     path("approvals/<str:approval_id>/", views.card, name="card"),
     path("approvals/<str:approval_id>/decision/", views.decide, name="decide"),
     path("approvals/<str:approval_id>/extend/", views.extend, name="extend"),
@@ -13,5 +14,15 @@ urlpatterns = [
         "approvals/runs/<str:run_id>/steps/<int:step>/decision/",
         views.decide_step,
         name="decide-step",
+    ),
+    path("rules/", views_rules.rules_index, name="rules"),
+    path("rules/new/", views_rules.rule_new, name="rule-new"),
+    path("rules/preview/", views_rules.rule_preview, name="rule-preview"),
+    path("rules/suggestions/", views_rules.rule_from_suggestion, name="rule-from-suggestion"),
+    path("rules/<str:rule_id>/", views_rules.rule_edit, name="rule-edit"),
+    path(
+        "rules/<str:rule_id>/deactivate/",
+        views_rules.rule_deactivate_view,
+        name="rule-deactivate",
     ),
 ]

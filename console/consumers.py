@@ -128,8 +128,8 @@ def nav_audience(viewer) -> str:
 def card_audience(viewer, *, run_principal_id, allow_self_approval: bool) -> str:
     """Who sees which decision controls on a card: viewers never; deciders by their roles (the
     tool globs) and whether the run is their own. Any viewer of one audience renders alike."""
-    if not access.can(viewer, "decide"):
-        return "viewer"
+    if not access.can(viewer, "decide"):  # who may make rules also sees "Always approve..."
+        return "viewer:rules" if access.can(viewer, "manage_rules") else "viewer"
     own = run_principal_id == viewer.pk and not allow_self_approval
     return f"decider:{access.roles_key(viewer)}{':own' if own else ''}"
 
