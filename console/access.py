@@ -9,9 +9,9 @@ to) or an ApiKey (a runtime, or a `decide` / `manage` key acting as its bound pr
 
 from fnmatch import fnmatchcase
 
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 
-from approvals.models import Approval, Rule
+from approvals.models import Approval, Rule, RuleVersion
 from console.errors import Forbidden, NotFound
 from console.models import CAPABILITIES, ApiKey, Principal
 from notifications.models import Notification
@@ -167,8 +167,12 @@ def run_locked(
 ) -> Run | None:
     """The run with this wire id in this tenant with its row locked (the row only, not its
     tenant's or principal's; the caller holds the transaction), or None. For writers. The
-    latest RunState (up to the body limit) is read only by GET .../state: deferred."""
+    latest RunState (up to the body limit) is read only by GET .../state: deferred. The
+    tenant's rules version comes along (`rules_version`): a batch reads it with its run, in
+    the same query (approvals.services.rules)."""
     qs = Run.objects.filter(tenant_id=tenant_id, external_id=run_id).defer(*defer)
+    version = RuleVersion.objects.filter(tenant_id=OuterRef("tenant_id")).values("version")[:1]
+    qs = qs.annotate(rules_version=Subquery(version))
     return qs.select_for_update(of=("self",)).select_related(*related).first()
 
 

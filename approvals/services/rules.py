@@ -2,13 +2,13 @@
 them the moment they are requested.
 
 Each process keeps every tenant's active rules compiled (approvals/rules.py) together with the
-tenant's rules version (`RuleVersion`), which every rule write bumps in its own transaction. An
-`approval.requested` batch reads that version once (one small query, whatever the number of
-rules or calls); only when it moved are the rules read and compiled again. So a rule saved
-through one process applies to the next call ingested through any other, and a batch costs no
-query per rule and none per call that no rule decides. A call a rule decides is settled by the
-one writer (approvals/services/settle.py) with the rule as its actor; the rules' `hits` grow in
-one atomic UPDATE per batch.
+tenant's rules version (`RuleVersion`), which every rule write bumps in its own transaction. A
+batch reads that version once, whatever the number of rules or calls (on the events path it
+comes with the run's locking query itself; elsewhere it is one small query); only when it moved
+are the rules read and compiled again. So a rule saved through one process applies to the next
+call ingested through any other, and a batch costs no query per rule and none per call that no
+rule decides. A call a rule decides is settled by the one writer (approvals/services/settle.py)
+with the rule as its actor; the rules' `hits` grow in one atomic UPDATE per batch.
 """
 
 from __future__ import annotations
@@ -197,7 +197,10 @@ def approvals_decide_by_rules(*, run, approvals: list[Approval]) -> set[int]:
     matches; returns their ids. Each is settled by the one writer with the rule as its actor:
     a deny rule's message (else the call's rejection message) is what the model reads, an
     approval runs the requested arguments. Undecided calls cost nothing here."""
-    version = rules_version(tenant_id=run.tenant_id)
+    if hasattr(run, "rules_version"):  # read with the run's lock (console.access.run_locked)
+        version = run.rules_version or 0
+    else:
+        version = rules_version(tenant_id=run.tenant_id)
     if not version:
         return set()
     tenant = run.tenant
