@@ -9,10 +9,18 @@ Both sides open their clients (HTTP connections, psycopg connections) before the
 round also prints where the CPU went per 500 events: the daphne processes, PostgreSQL, and the
 benchmark's own clients (on a small machine they all share the same cores).
 
+Then the lasting-rules case: `approval.requested`-heavy batches (125 steps of 4 events, each
+step holding 2 calls: 250 held calls per 500 events) for a tenant with BENCH_RULES (500) active
+rules that decide none of them (every call is still evaluated: 50 of the rules look at each
+mail call's arguments) against a tenant with no rules, in the same run, alternating; and, for
+scale, the same batches for a tenant whose rules approve every mail call (half the calls are
+then settled by the one writer in the batch's transaction).
+
 Knobs (env): BENCH_RUNS (runs per round, default 16), BENCH_BATCHES (batches per run, 4),
 BENCH_CLIENTS (concurrent clients, 4), BENCH_ROUNDS (5), BENCH_SERVERS (daphne processes,
 default one per CPU as a deployment runs them; the clients share them as a load balancer
-would). The GIL keeps one process on one core, so processes are how one host scales.
+would), BENCH_RULES (500), BENCH_INGEST (`all`, `plain` or `rules`: which cases). The GIL keeps
+one process on one core, so processes are how one host scales.
 """
 
 from __future__ import annotations
@@ -78,17 +86,66 @@ def step_events(step: int) -> list[dict]:
     ]
 
 
-def run_batches(batches: int) -> list[list[dict]]:
+def run_batches(batches: int, steps=None) -> list[list[dict]]:
     """`batches` batches of exactly 500 events with seqs 1..N and no gaps."""
+    steps = steps or step_events
     events: list[dict] = []
     step = 0
     while len(events) < batches * BATCH:
         step += 1
-        events += step_events(step)
+        events += steps(step)
     events = events[: batches * BATCH]
     for seq, event in enumerate(events, start=1):
         event["seq"] = seq
     return [events[i : i + BATCH] for i in range(0, len(events), BATCH)]
+
+
+def held_step_events(step: int) -> list[dict]:
+    """One model step that holds two calls, as a runtime reports it: 4 events."""
+    calls = [
+        {
+            "toolCallId": f"call_{step}_mail",
+            "toolName": "email.send",
+            "arguments": {"to": f"customer{step}@example.com", "subject": "Your order"},
+            "reason": "mail leaves the company",
+            "rejectionMessage": "The user declined to send this email.",
+        },
+        {
+            "toolCallId": f"call_{step}_file",
+            "toolName": "files.read",
+            "arguments": {"path": f"/srv/orders/{step}.json"},
+            "reason": "reads customer data",
+            "rejectionMessage": "Not allowed.",
+        },
+    ]
+    return [
+        {"type": "step.started", "step": step, "agentId": "bench-bot", "model": "model-a"},
+        {
+            "type": "message",
+            "step": step,
+            "message": {
+                "role": "assistant",
+                "content": "Sending the confirmation.",
+                "toolCalls": [
+                    {"id": c["toolCallId"], "name": c["toolName"], "arguments": c["arguments"]}
+                    for c in calls
+                ],
+            },
+        },  # fmt: skip
+        {"type": "approval.requested", "step": step, "calls": calls},
+        {
+            "type": "step.finished",
+            "step": step,
+            "model": "model-a",
+            "finishReason": "tool_calls",
+            "usage": {"inputTokens": 900, "outputTokens": 60, "costMinorUnits": 2},
+        },
+    ]
+
+
+def held_batches(batches: int) -> list[list[dict]]:
+    """`batches` batches of exactly 500 events, a quarter of them `approval.requested`."""
+    return run_batches(batches, steps=held_step_events)
 
 
 def admit(client: httpx.Client, run_id: str) -> None:
@@ -129,9 +186,11 @@ def timed(shares: list, open_client, feed) -> tuple[float, dict]:
     return seconds, used
 
 
-def console_round(bases: list[str], key: str, *, runs: int, batches: int, clients: int) -> float:
+def console_round(
+    bases: list[str], key: str, *, runs: int, batches: int, clients: int, plan=run_batches
+) -> float:
     """Events per second through HTTP (admission not timed); client i talks to server i % n."""
-    bodies = [json.dumps({"events": batch}).encode() for batch in run_batches(batches)]
+    bodies = [json.dumps({"events": batch}).encode() for batch in plan(batches)]
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     run_ids = [f"c_{secrets.token_hex(6)}" for _ in range(runs)]
     with httpx.Client(base_url=bases[0], headers=headers, timeout=120) as client:
@@ -209,6 +268,16 @@ def _cpu_line(label: str, cpu: list[dict], parties: dict[str, str]) -> str:
 
 
 def main() -> None:
+    cases = os.environ.get("BENCH_INGEST", "all")
+    if cases not in ("all", "plain", "rules"):
+        raise SystemExit("BENCH_INGEST is all, plain or rules")
+    if cases in ("all", "plain"):
+        plain_main()
+    if cases in ("all", "rules"):
+        rules_main()
+
+
+def plain_main() -> None:
     dsn = _support.database_url()
     runs = int(os.environ.get("BENCH_RUNS", 16))
     batches = int(os.environ.get("BENCH_BATCHES", 4))
@@ -261,5 +330,110 @@ def main() -> None:
     )
     print(
         _cpu_line("rows, baseline", baseline_cpu, {"pg": "PostgreSQL", "client": "psycopg client"})
+    )
+    print(f"  load average after: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+
+
+# ---- lasting rules: 500 active rules against none ----
+
+
+def bench_rules(count: int, *, deciding: bool) -> list[dict]:
+    """`count` rule bodies of the kinds tenants write. None matches a bench call unless
+    `deciding` (then the first approves every mail call): 60% literal tools of other agents'
+    (each with a condition), 30% globs of other services (deny), 8% on `email.*` whose
+    conditions the bench's mail fails (so each mail call runs them), 2% for every tool of
+    another agent."""
+    rules = []
+    if deciding:
+        rules.append(
+            {
+                "name": "mail",
+                "effect": "approve",
+                "toolPattern": "email.send",
+                "conditions": [{"path": "to", "op": "endsWith", "value": "@example.com"}],
+            }
+        )
+    for i in range(count - len(rules)):
+        kind = i % 50
+        if kind < 30:
+            body = {
+                "toolPattern": f"tool.{i}",
+                "conditions": [{"path": "amount", "op": "lt", "value": i}],
+            }
+        elif kind < 45:
+            body = {"toolPattern": f"svc{i}.*", "effect": "deny"}
+        elif kind < 49:
+            body = {
+                "toolPattern": "email.*",
+                "conditions": [
+                    {"path": "subject", "op": "startsWith", "value": "Your"},
+                    {"path": "to", "op": "endsWith", "value": f"@partner{i}.example"},
+                ],
+            }
+        else:
+            body = {"toolPattern": "*", "agentPattern": f"other-bot-{i}"}
+        rules.append({"name": f"rule {i}", "effect": "approve", **body})
+    return rules  # fmt: skip
+
+
+def rules_tenant(base: str, rules: list[dict]) -> str:
+    """A fresh tenant with these rules (made through the API by a lead's manage key); returns
+    its ingest key."""
+    slug, key = _support.provision(scopes="ingest")
+    _support.manage("create_principal", "--tenant", slug, "bench-lead", "--role", "lead")
+    out = _support.manage("create_api_key", "--tenant", slug, "--name", "rules",
+                          "--scope", "manage", "--principal", "bench-lead")  # fmt: skip
+    manage_key = out.strip().splitlines()[-1].strip()
+    headers = {"Authorization": f"Bearer {manage_key}"}
+    with httpx.Client(base_url=base, headers=headers, timeout=60) as client:
+        for body in rules:
+            response = client.post("/api/v1/rules", json=body)
+            if response.status_code != 201:
+                raise RuntimeError(f"{response.status_code}: {response.text[:500]}")
+    return key
+
+
+def rules_main() -> None:
+    _support.database_url()
+    runs = int(os.environ.get("BENCH_RUNS", 16))
+    batches = int(os.environ.get("BENCH_BATCHES", 4))
+    clients = int(os.environ.get("BENCH_CLIENTS", 4))
+    rounds = int(os.environ.get("BENCH_ROUNDS", 5))
+    servers = int(os.environ.get("BENCH_SERVERS", os.cpu_count() or 1))
+    count = int(os.environ.get("BENCH_RULES", 500))
+    _support.migrate()
+    print(
+        f"ingest with rules: {rounds} rounds of {runs} runs x {batches} batches x {BATCH} events "
+        f"(250 held calls a batch), {clients} clients, {servers} daphne process(es), {count} "
+        f"active rules vs none; load average before: {os.getloadavg()[0]:.2f}"
+    )
+    none, ruled, deciding = [], [], []
+    size = {"runs": runs, "batches": batches, "clients": clients, "plan": held_batches}
+    with contextlib.ExitStack() as stack:
+        bases = [stack.enter_context(_support.daphne()) for _ in range(servers)]
+        _, key_none = _support.provision(scopes="ingest")
+        key_rules = rules_tenant(bases[0], bench_rules(count, deciding=False))
+        key_deciding = rules_tenant(bases[0], bench_rules(count, deciding=True))
+        for key in (key_none, key_rules, key_deciding):  # warm-up: every process compiles
+            console_round(bases, key, **{**size, "runs": clients * servers, "batches": 1})
+        for i in range(rounds):
+            first, second = (key_none, key_rules) if i % 2 == 0 else (key_rules, key_none)
+            rates = {first: console_round(bases, first, **size)[0]}
+            rates[second] = console_round(bases, second, **size)[0]
+            none.append(rates[key_none])
+            ruled.append(rates[key_rules])
+            deciding.append(console_round(bases, key_deciding, **size)[0])
+            print(
+                f"  round {i + 1}: no rules {none[-1]:,.0f} events/s, {count} rules "
+                f"{ruled[-1]:,.0f} events/s ({ruled[-1] / none[-1]:.2f}x), {count} rules "
+                f"deciding every mail call {deciding[-1]:,.0f} events/s"
+            )
+    n, r, d = _support.median(none), _support.median(ruled), _support.median(deciding)
+    print(f"ingest approval.requested, no rules (median): {n:,.0f} events/s")
+    print(f"ingest approval.requested, {count} active rules (median): {r:,.0f} events/s")
+    print(f"ingest ratio {count} rules/no rules: {r / n:.2f} (target >= 0.8)")
+    print(
+        f"  for scale: {count} rules deciding half the calls (median) {d:,.0f} events/s, "
+        f"{d / n:.2f}x no rules (each decided call is settled and audited like a person's)"
     )
     print(f"  load average after: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
