@@ -25,6 +25,7 @@ def approvals_request(
     step: int | None,
     calls: list[dict],
     requested_at: datetime | None = None,
+    rule_hits=None,
 ) -> list[Approval]:
     """Each call becomes a pending Approval, in request order. The caller owns the run (it
     sets the run's status: runs.services.common.calls_hold).
@@ -33,7 +34,8 @@ def approvals_request(
     optional sub_run_tool_call_id / expires_at (default: the tenant's approval time to live).
     A tool call id the run already holds is a Conflict. The calls a lasting rule matches are
     decided here and now (created, then decided, in this transaction); webhooks hear
-    `approval.requested` only of the calls left to a human.
+    `approval.requested` only of the calls left to a human. `rule_hits` (a Counter): the
+    caller's unit of work counts the rules' hits and writes them once, at its end.
     """
     ids = [c["tool_call_id"] for c in calls]
     held = list(
@@ -71,7 +73,7 @@ def approvals_request(
     realtime.approvals_changed(
         run=run, approval_ids=[r.public_id for r in rows], change="requested"
     )
-    decided = approvals_decide_by_rules(run=run, approvals=rows)
+    decided = approvals_decide_by_rules(run=run, approvals=rows, hits=rule_hits)
     webhooks_approval_requested(approvals=[r for r in rows if r.pk not in decided])
     return rows
 

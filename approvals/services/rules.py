@@ -183,20 +183,26 @@ def _facts(run, ruleset: RuleSet) -> dict:
     }
 
 
-def _hits_add(counts: Counter, now) -> None:
-    """hits = hits + n for each rule in one UPDATE (exact under any concurrency)."""
-    whens = [When(pk=pk, then=Value(n)) for pk, n in counts.items()]
+def rule_hits_add(*, counts: Counter, now=None) -> None:
+    """hits = hits + n for each rule, in one UPDATE (exact under any concurrency; the rows are
+    locked in id order, so two batches never wait on each other in a circle). Call it at the
+    end of the batch's transaction."""
+    if not counts:
+        return
+    now = now or timezone.now()
+    whens = [When(pk=pk, then=Value(n)) for pk, n in sorted(counts.items())]
     Rule.objects.filter(pk__in=sorted(counts)).update(
         hits=F("hits") + Case(*whens, default=Value(0), output_field=PositiveBigIntegerField()),
         last_hit_at=Greatest(Coalesce(F("last_hit_at"), Value(now)), Value(now)),
     )
 
 
-def approvals_decide_by_rules(*, run, approvals: list[Approval]) -> set[int]:
+def approvals_decide_by_rules(*, run, approvals: list[Approval], hits: Counter | None = None):
     """Decide the new approvals (inside their requesting transaction) that a rule of the tenant
     matches; returns their ids. Each is settled by the one writer with the rule as its actor:
     a deny rule's message (else the call's rejection message) is what the model reads, an
-    approval runs the requested arguments. Undecided calls cost nothing here."""
+    approval runs the requested arguments. Undecided calls cost nothing here. The rules' hits
+    go into `hits` (the caller writes them at the end of its batch), else are written now."""
     if hasattr(run, "rules_version"):  # read with the run's lock (console.access.run_locked)
         version = run.rules_version or 0
     else:
@@ -209,15 +215,17 @@ def approvals_decide_by_rules(*, run, approvals: list[Approval]) -> set[int]:
         return set()
     facts, now = _facts(run, ruleset), timezone.now()
     allow = tenant.allow_self_approval
-    decided, hits = set(), Counter()
+    decided, counted = set(), Counter()
     for approval in approvals:
         call = Call(tool_name=approval.tool_name, arguments=approval.arguments, **facts)
         outcome = ruleset.decide(call, now=now, allow_self_approval=allow)
         if outcome.rule is not None and _settle(approval, outcome.rule.spec):
             decided.add(approval.pk)
-            hits[outcome.rule.spec.source.pk] += 1
-    if hits:
-        _hits_add(hits, now)
+            counted[outcome.rule.spec.source.pk] += 1
+    if hits is not None:
+        hits.update(counted)
+    else:
+        rule_hits_add(counts=counted, now=now)
     return decided
 
 

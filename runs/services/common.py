@@ -319,7 +319,9 @@ def calls_hold(
     """The runtime holds these tool calls back: each becomes a pending approval (the approvals
     app's), and the run awaits approval. Returns the new approvals."""
     with run_unit(run, writes) as w:
-        rows = approvals_request(run=run, step=step, calls=calls, requested_at=requested_at)
+        rows = approvals_request(
+            run=run, step=step, calls=calls, requested_at=requested_at, rule_hits=w.rule_hits
+        )
         run_status_set(run=run, status=RunStatus.AWAITING_APPROVAL, writes=w)
         w.what.add("approvals")
     return rows

@@ -322,17 +322,28 @@ def test_a_snapshot_and_an_outcome_are_decided_by_rules_too(ingest_a, tenant_a, 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_hits_are_exact_under_concurrent_batches(tenant_a, lead_a, request):
-    """Eight threads, each its own connection, each posting batches for runs of its own at
-    the same moments: every call is decided, and hits count each exactly once."""
+    """Eight threads, each its own connection, each posting batches for a run of its own at
+    the same moments; every batch holds calls in two events that two rules decide, in opposite
+    orders on odd and even threads (no deadlock: a batch writes its hits once, at its end).
+    Every call is decided, and hits count each exactly once."""
     if connection.settings_dict["OPTIONS"].get("pool"):
         pool = connection.pool
         request.addfinalizer(lambda sizes=(pool.min_size, pool.max_size): pool.resize(*sizes))
         pool.resize(min_size=pool.min_size, max_size=pool.max_size + 12)
-    made = rule(tenant_a, lead_a)
+    mail = rule(tenant_a, lead_a, name="mail")
+    files = rule(tenant_a, lead_a, name="files", tool_pattern="files.*")
     key = make_key(tenant_a, scopes=("ingest",))
-    threads_n, batches, per_batch = 8, 5, 4
+    threads_n, batches, per_event = 8, 5, 2
     barrier = threading.Barrier(threads_n, timeout=120)
     errors = []
+
+    def events(i, b):
+        tools = ["email.send", "files.read"] if i % 2 else ["files.read", "email.send"]
+        return [
+            {"seq": 2 * b + k + 1, "type": "approval.requested", "step": b + 1,
+             "calls": [call(f"{b}_{k}_{n}", tool=tool) for n in range(per_event)]}
+            for k, tool in enumerate(tools)
+        ]  # fmt: skip
 
     def worker(i):
         client = Client()
@@ -342,12 +353,10 @@ def test_hits_are_exact_under_concurrent_batches(tenant_a, lead_a, request):
             body = {"id": run_id, "agentId": "bot", "agentVersion": 1, "principalId": f"p{i}"}
             client.post(RUNS, body, content_type="application/json", headers=headers)
             for b in range(batches):
-                calls = [call(b * per_batch + n) for n in range(per_batch)]
-                event = {"seq": b + 1, "type": "approval.requested", "step": 1, "calls": calls}
                 barrier.wait()
                 response = client.post(
                     f"{RUNS}/{run_id}/events",
-                    {"events": [event]},
+                    {"events": events(i, b)},
                     content_type="application/json",
                     headers=headers,
                 )
@@ -364,8 +373,9 @@ def test_hits_are_exact_under_concurrent_batches(tenant_a, lead_a, request):
     for thread in threads:
         thread.join()
     assert not errors, errors[:3]
-    total = threads_n * batches * per_batch
-    assert Approval.objects.filter(status=ApprovalStatus.APPROVED).count() == total
-    made.refresh_from_db()
-    assert made.hits == total
-    assert AuditEvent.objects.filter(action="approval.decided").count() == total
+    each = threads_n * batches * per_event
+    assert Approval.objects.filter(status=ApprovalStatus.APPROVED).count() == 2 * each
+    mail.refresh_from_db()
+    files.refresh_from_db()
+    assert (mail.hits, files.hits) == (each, each)
+    assert AuditEvent.objects.filter(action="approval.decided").count() == 2 * each

@@ -50,6 +50,7 @@ class Approval:
     requested_at: str | None = None
     expires_at: str | None = None
     decided_at: str | None = None
+    decided_by_rule: str | None = None  # a lasting rule's id, when one decided it
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -70,6 +71,7 @@ class Approval:
             requested_at=body.get("requestedAt"),
             expires_at=body.get("expiresAt"),
             decided_at=body.get("decidedAt"),
+            decided_by_rule=body.get("decidedByRule"),
             raw=body,
         )
 
@@ -155,6 +157,7 @@ class Decision:
     arguments: Any
     decided_by: str | None
     decided_at: str | None
+    decided_by_rule: str | None = None  # a lasting rule's id, when one decided it
 
     @property
     def approved(self) -> bool:
@@ -170,6 +173,7 @@ class Decision:
             arguments=body.get("arguments"),
             decided_by=body.get("decidedBy"),
             decided_at=body.get("decidedAt"),
+            decided_by_rule=body.get("decidedByRule"),
         )
 
 
