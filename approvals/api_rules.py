@@ -21,29 +21,15 @@ from approvals.schemas_rules import (
 )
 from approvals.services.rules import rule_create, rule_deactivate, rule_update
 from console import access
-from console.auth import KeyAuth
+from console.auth import PrincipalKeyAuth
 from console.schemas import errors
 
 router = Router(tags=["rules"])
 
 
-class CapabilityKeyAuth(KeyAuth):
-    """A `manage` key whose principal holds a capability: 401, then 403 for the scope, then 403
-    for the capability, all before the path's object is looked up or the body is parsed (the
-    capability does not depend on the object)."""
-
-    def __init__(self, scope: str, capability: str):
-        super().__init__(scope)
-        self.capability = capability
-
-    def authenticate(self, request, token):
-        key = super().authenticate(request, token)
-        if key is not None:
-            access.require_capability(key, self.capability)
-        return key
-
-
-rules_auth = CapabilityKeyAuth("manage", "manage_rules")
+# A manage key whose principal holds manage_rules; checked before the path's rule is looked up
+# and before the body is parsed (the capability does not depend on the object).
+rules_auth = PrincipalKeyAuth("manage", capability="manage_rules")
 
 
 @router.get(

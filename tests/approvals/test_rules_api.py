@@ -411,3 +411,12 @@ def test_the_openapi_schema_describes_the_rules_endpoints(client):
     assert {"toolPattern", "conditions", "createdBy", "hits", "lastHitAt"} <= set(rule)
     approval = schema["components"]["schemas"]["ApprovalOut"]["properties"]
     assert "decidedByRule" in approval
+
+
+def test_a_key_of_a_deactivated_principal_is_401(rules_a, lead_a):
+    rule = create(rules_a)
+    lead_a.is_active = False
+    lead_a.save()
+    assert rules_a.get(RULES).status_code == 401
+    assert rules_a.patch(f"{RULES}/{rule['id']}", {"name": "x"}).status_code == 401
+    assert Rule.objects.get().name == INTERNAL["name"]

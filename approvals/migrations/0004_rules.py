@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0002_extension_webhooks'),
+        ('approvals', '0003_webhook_public_id_format'),
         ('console', '0002_manage_rules'),
         ('runs', '0001_initial'),
     ]
