@@ -19,6 +19,7 @@ from approvals.schemas import (
 from approvals.selectors import approvals_list
 from approvals.services.decisions import UNSET, approval_decide, approvals_announce_delivered
 from approvals.services.delivery import DECISION_RECHECK_SECONDS, decisions_answer
+from budgets.spend import run_costs
 from console import access, realtime
 from console.auth import browser_session, decide_auth, ingest_auth_held
 from console.db import released
@@ -128,7 +129,7 @@ def approvals_decide(request, approval_id: str, payload: DecisionIn):
         message=payload.message,
         arguments=arguments,
     )
-    return approval_resource(approval)
+    return approval_resource(approval, costs=run_costs(runs=[approval.run]))
 
 
 @router.get(

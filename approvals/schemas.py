@@ -12,6 +12,14 @@ from console.schemas import CamelSchema
 ApprovalStatusLiteral = Literal["pending", "approved", "denied", "expired", "cancelled"]
 
 
+class ApprovalBudgetOut(CamelSchema):
+    id: str
+    name: str
+    remaining_minor_units: int
+    ceiling_minor_units: int
+    percent: float
+
+
 class ApprovalOut(CamelSchema):
     id: str
     run_id: str
@@ -29,15 +37,20 @@ class ApprovalOut(CamelSchema):
     message: str | None
     requested_at: datetime
     expires_at: datetime
+    run_cost_minor_units: int
+    budgets: list[ApprovalBudgetOut]
 
 
-def approval_resource(approval: Approval, *, run_id: str | None = None) -> dict:
-    """The approval resource (snake_case keys; ApprovalOut maps them to the wire).
+def approval_resource(approval: Approval, *, costs: dict, run_id: str | None = None) -> dict:
+    """The approval resource (snake_case keys; ApprovalOut maps them to the wire). `costs`:
+    the cost beside it, `budgets.spend.run_costs(runs=...)` of the approvals' runs (by run pk),
+    computed once for a list.
 
     Pass `run_id` (the run's wire id) when the run is not loaded, and select_related
     `decided_by` and `decided_by_rule` for lists, so that no row costs a query.
     """
     return {
+        **costs[approval.run_id],
         "id": approval.public_id,
         "run_id": run_id if run_id is not None else approval.run.external_id,
         "step": approval.step,

@@ -16,6 +16,7 @@ from django.utils import timezone
 from approvals.models import Approval, ApprovalStatus
 from approvals.schemas import approval_resource, parse_cursor
 from approvals.services.expiry import approvals_expire_due
+from budgets.spend import run_costs
 from console import access
 from console.errors import Forbidden
 
@@ -39,6 +40,7 @@ CARD_RELATED = (
     "decided_by",
     "decided_by_rule",
     "tenant",
+    "budget_override__budget",  # who may decide an over-budget override (access.py)
 )
 
 
@@ -104,7 +106,14 @@ def _run_facts(run) -> dict:
     }
 
 
-def _card(approval, viewer, *, refusal, notice) -> dict:
+def _costs(approvals) -> dict:
+    """Each approval's run's cost and budgets, by run pk (a few queries for any number)."""
+    return run_costs(runs=[a.run for a in approvals])
+
+
+def _card(approval, viewer, *, refusal, notice, costs=None) -> dict:
+    if costs is None:
+        costs = _costs([approval])
     now = timezone.now()
     pending = approval.status == ApprovalStatus.PENDING
     arguments = approval.decided_arguments if approval.decided_arguments is not None else None
@@ -129,6 +138,7 @@ def _card(approval, viewer, *, refusal, notice) -> dict:
         "can_make_rule": viewer is not None and access.can(viewer, "manage_rules"),
         "notice": notice,
         **_run_facts(approval.run),
+        "budgets": costs[approval.run_id]["budgets"],
     }
 
 
@@ -203,14 +213,20 @@ def inbox_for(*, viewer, filters: dict | None = None) -> list[dict]:
     groups: dict[tuple, list] = {}
     for approval in rows:
         groups.setdefault((approval.run_id, approval.step), []).append(approval)
-    return [group_context(approvals=items, viewer=viewer)["group"] for items in groups.values()]
+    costs = _costs(rows)
+    return [
+        group_context(approvals=items, viewer=viewer, costs=costs)["group"]
+        for items in groups.values()
+    ]
 
 
-def group_context(*, approvals, viewer) -> dict:
-    """The context of `approvals/group.html`: one run's step, its cards and the bulk form."""
+def group_context(*, approvals, viewer, costs: dict | None = None) -> dict:
+    """The context of `approvals/group.html`: one run's step, its cards and the bulk form.
+    `costs`: budgets.spend.run_costs by run pk, when the caller renders many groups."""
     first = approvals[0]
+    costs = costs if costs is not None else _costs(approvals)
     cards = [
-        _card(a, viewer, refusal=_refusal(viewer, a), notice=None)
+        _card(a, viewer, refusal=_refusal(viewer, a), notice=None, costs=costs)
         for a in sorted(approvals, key=lambda a: (a.position, a.pk))
     ]
     return {
@@ -278,7 +294,8 @@ def approvals_list(*, viewer, status=None, run_id=None, limit=50, cursor=None) -
     rows = list(qs.order_by("pk")[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
+    costs = run_costs(runs=[a.run for a in rows])
     return {
-        "items": [approval_resource(a) for a in rows],
+        "items": [approval_resource(a, costs=costs) for a in rows],
         "next_cursor": str(rows[-1].pk) if more else None,
     }

@@ -12,6 +12,7 @@ from fnmatch import fnmatchcase
 from django.db.models import OuterRef, QuerySet, Subquery
 
 from approvals.models import Approval, Rule, RuleVersion
+from budgets.models import OVERRIDE_TOOL, Budget
 from console.errors import Forbidden, NotFound
 from console.models import CAPABILITIES, ApiKey, Principal
 from notifications.models import Notification
@@ -163,7 +164,7 @@ def runs_visible_to(*, viewer: Viewer) -> QuerySet:
 
 
 def run_locked(
-    *, tenant_id: int, run_id: str, related=("tenant", "principal"), defer=("snapshot",)
+    *, tenant_id: int, run_id: str, related=("tenant", "principal", "agent"), defer=("snapshot",)
 ) -> Run | None:
     """The run with this wire id in this tenant with its row locked (the row only, not its
     tenant's or principal's; the caller holds the transaction), or None. For writers. The
@@ -178,7 +179,8 @@ def run_locked(
 
 def run_in_tenant(*, tenant_id: int, run_id: str, for_update: bool = False) -> Run:
     """The run with this wire id in this tenant, or NotFound. For writers (runtimes).
-    `for_update`: locked (run_locked), with its tenant and principal."""
+    `for_update`: locked (run_locked), with its tenant, principal and agent (the rollups'
+    keys)."""
     if for_update:
         run = run_locked(tenant_id=tenant_id, run_id=run_id)
     else:
@@ -233,6 +235,8 @@ def decide_refusal(viewer: Viewer, approval) -> str | None:
     principal = viewer.principal if isinstance(viewer, ApiKey) else viewer
     if isinstance(viewer, ApiKey) and not viewer.has_scope("decide"):
         return "this API key lacks the 'decide' scope"
+    if approval.tool_name == OVERRIDE_TOOL:
+        return _override_refusal(principal, approval)
     if principal is None or not principal.is_active or not can(principal, "decide"):
         return "you may not decide approvals"
     if not can(principal, "decide", approval.tool_name):
@@ -240,6 +244,27 @@ def decide_refusal(viewer: Viewer, approval) -> str | None:
     run = approval.run
     if run.principal_id == principal.pk and not run.tenant.allow_self_approval:
         return "no one decides a call of a run that is for themselves"
+    return None
+
+
+def _override_refusal(principal: Principal | None, approval) -> str | None:
+    """An over-budget override is decided by the budget's leads (none: by `manage_budgets`
+    holders), never through tool globs, and never by the principal the run is for (even
+    where the tenant allows self-approval). An approval named `budget.override` that no
+    budget check made is decided by no one (it expires: fail closed)."""
+    if principal is None or not principal.is_active:
+        return "you may not decide approvals"
+    override = getattr(approval, "budget_override", None)
+    if override is None:
+        return "this call is named like a budget override but no budget check asked for it"
+    budget = override.budget
+    leads = {lead.pk for lead in budget.leads.all()}
+    if leads and principal.pk not in leads:
+        return f"only the leads of the budget '{budget.name}' decide its overrides"
+    if not leads and not can(principal, "manage_budgets"):
+        return f"only holders of manage_budgets decide overrides of the budget '{budget.name}'"
+    if approval.run.principal_id == principal.pk:
+        return "no one decides an override for a run that is for themselves"
     return None
 
 
@@ -305,3 +330,32 @@ def rule_for(*, viewer: Viewer, rule_id: str) -> Rule:
         raise NotFound(f"no rule '{rule_id}'", code="rule_not_found")
     require_capability(viewer, "manage_rules")
     return rule
+
+
+BUDGET_RELATED = ("team", "principal", "agent", "tenant")
+
+
+def budgets_visible_to(*, viewer: Viewer) -> QuerySet:
+    """The tenant's active budgets (archived ones are kept but no longer listed)."""
+    require_capability(viewer, "view_budgets")
+    return Budget.objects.filter(tenant_id=viewer.tenant_id, archived_at__isnull=True)
+
+
+def budget_for(*, viewer: Viewer, budget_id: str, capability: str = "view_budgets") -> Budget:
+    """The budget a viewer asks for (archived ones too: their history is kept): NotFound
+    outside its tenant, Forbidden without the capability."""
+    budget = (
+        Budget.objects.select_related(*BUDGET_RELATED)
+        .filter(tenant_id=viewer.tenant_id, public_id=budget_id)
+        .first()
+    )
+    if budget is None:
+        raise NotFound(f"no budget '{budget_id}'", code="budget_not_found")
+    require_capability(viewer, capability)
+    return budget
+
+
+def budget_in_tenant(*, tenant_id: int, budget_id: str) -> None:
+    """NotFound unless this tenant holds a budget with this id (the API's 404 check)."""
+    if not Budget.objects.filter(tenant_id=tenant_id, public_id=budget_id).exists():
+        raise NotFound(f"no budget '{budget_id}'", code="budget_not_found")

@@ -5,8 +5,6 @@ Handlers only translate between the wire (camelCase schemas) and services; domai
 exceptions (console.errors) mapped here, once.
 """
 
-import json
-
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
@@ -18,8 +16,10 @@ from ninja.parser import Parser
 from approvals.api import router as approvals_router
 from approvals.api_rules import router as rules_router
 from approvals.api_webhooks import router as webhooks_router
+from budgets.api import router as budgets_router
 from console import access
 from console.errors import GavelError
+from console.schemas import strict_json
 from notifications.api import router as notifications_router
 from runs.api import router as runs_router
 from runs.api_state import router as runs_state_router
@@ -30,6 +30,7 @@ WIRE_PATH_PARAMS = {
     "approval_id": "approvalId",
     "notification_id": "notificationId",
     "rule_id": "ruleId",
+    "budget_id": "budgetId",
 }
 
 
@@ -50,17 +51,13 @@ class GavelAPI(NinjaAPI):
         return schema
 
 
-def _not_json(constant: str):
-    raise ValueError(f"{constant} is not JSON")
-
-
 class StrictJSONParser(Parser):
     """JSON as RFC 8259 defines it. Python's parser also takes NaN and Infinity, which no
     JSON column stores alike (PostgreSQL refuses them): a body with them does not parse, and
     is answered 422 "not valid JSON" like any other."""
 
     def parse_body(self, request):
-        return json.loads(request.body, parse_constant=_not_json)
+        return strict_json(request.body)
 
 
 api = GavelAPI(
@@ -101,6 +98,8 @@ def _check_path_objects(request) -> None:
         access.approval_in_tenant(tenant_id=tenant_id, approval_id=kwargs["approval_id"])
     if "rule_id" in kwargs:
         access.rule_in_tenant(tenant_id=tenant_id, rule_id=kwargs["rule_id"])
+    if "budget_id" in kwargs:
+        access.budget_in_tenant(tenant_id=tenant_id, budget_id=kwargs["budget_id"])
 
 
 def _field_path(loc) -> str:
@@ -199,3 +198,4 @@ api.add_router("/", approvals_router)
 api.add_router("/", webhooks_router)
 api.add_router("/", notifications_router)
 api.add_router("/", rules_router)  # lasting decision rules (manage scope, manage_rules)
+api.add_router("/", budgets_router)

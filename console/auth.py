@@ -91,6 +91,21 @@ class BrowserSession(APIKeyCookie):
         return principal
 
 
+class CapableSession(BrowserSession):
+    """A signed-in browser session whose principal holds `capability` (checked before the
+    body is parsed, like PrincipalKeyAuth's)."""
+
+    def __init__(self, capability: str):
+        super().__init__()
+        self.capability = capability
+
+    def authenticate(self, request, key):
+        principal = super().authenticate(request, key)
+        if principal is not None:
+            access.require_capability(principal, self.capability)
+        return principal
+
+
 ingest_auth = KeyAuth("ingest")
 decide_auth = KeyAuth("decide")
 manage_auth = PrincipalKeyAuth("manage")  # the management API: the key acts as its principal

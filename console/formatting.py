@@ -3,14 +3,22 @@ context functions and registered as template filters by console/templatetags/gav
 
 import json
 from datetime import datetime, timedelta
+from decimal import Decimal
 
+from babel.numbers import format_currency, get_currency_precision
 from django.utils import timezone
 
 
-def money(minor_units, currency: str = "") -> str:
-    """Minor units as a decimal amount: 1234 → "12.34" (with the currency code if given)."""
+def money(minor_units, currency: str = "", locale: str = "en") -> str:
+    """An amount of minor units. With its currency, as the locale writes it (CLDR, via Babel),
+    with the currency's own minor digits: USD 1234 → "$12.34", EUR → "€12.34", JPY 1234 →
+    "¥1,234". Without one, a plain amount of hundredths: 1234 → "12.34"."""
     if minor_units is None:
         return "—"
+    if currency:
+        digits = get_currency_precision(currency)
+        amount = Decimal(int(minor_units)).scaleb(-digits)
+        return format_currency(amount, currency, locale=locale)
     sign = "-" if minor_units < 0 else ""
     units, cents = divmod(abs(int(minor_units)), 100)
     text = f"{sign}{units:,}.{cents:02d}"

@@ -1,5 +1,6 @@
 """The schema edge's bases: Python snake_case inside, camelCase on the wire."""
 
+import json
 from typing import Any
 
 from ninja import Schema
@@ -42,3 +43,13 @@ class ErrorOut(Schema):
 def errors(*codes: int) -> dict:
     """The error body for each status an operation may answer with (for OpenAPI)."""
     return {code: ErrorOut for code in (401, 403, 429, 503, *codes)}
+
+
+def _not_json(constant: str):
+    raise ValueError(f"{constant} is not JSON")
+
+
+def strict_json(text: bytes | str):
+    """JSON as RFC 8259 defines it: Python's parser also takes NaN and Infinity, which no JSON
+    column stores alike (PostgreSQL refuses them); here they are a ValueError."""
+    return json.loads(text, parse_constant=_not_json)

@@ -203,6 +203,7 @@ INSTALLED_APPS = [
     "runs",
     "approvals",
     "notifications",
+    "budgets",
 ]
 
 # Django's own middleware through console.middleware: the same classes, with hooks that run on

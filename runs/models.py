@@ -232,10 +232,29 @@ class RunEvent(models.Model):
         ordering = ["seq"]
 
 
+class UsageAdjustment(models.Model):
+    """Usage not tied to one step: the growth of a snapshot's or an outcome's usage over what
+    the console held (it may be negative: a snapshot may correct a run down). With the Step
+    rows it is every figure the rollups hold, so the rollups can be rebuilt from the two
+    (`runs.services.usage.usage_rollups_rebuild`, e.g. after a tenant changes time zone)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="usage_adjustments")
+    at = models.DateTimeField(default=timezone.now)  # when it arrived: the rollup day's moment
+    model = models.CharField(max_length=255, blank=True)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cost_minor_units = models.BigIntegerField(default=0)
+    steps = models.IntegerField(default=0)
+
+
 class UsageDaily(models.Model):
-    """Usage rollup per tenant, day, principal, agent and model (team through the principal).
+    """Usage rollup per tenant, tenant-local day, principal, agent and model (team through
+    the principal): a step's usage counts on the day, in the tenant's time zone, it finished;
+    the agent is the run's (`agentId`), as budgets scope agents.
 
     Keys are the wire ids ('' for none) so that the unique constraint holds on every database.
+    Written only by additive upserts (`runs.services.common._usage_daily_add`), and rebuilt
+    from Step + UsageAdjustment rows by `runs.services.usage.usage_rollups_rebuild`.
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="usage_daily")

@@ -14,6 +14,7 @@ from django.utils import timezone
 from approvals.models import Approval, ApprovalStatus
 from approvals.schemas import approval_resource
 from approvals.services.expiry import approvals_expire_due
+from budgets.spend import run_costs
 from console import access
 from console.errors import Invalid
 from runs.models import Run
@@ -21,10 +22,13 @@ from runs.models import Run
 RUN_RELATED = ("agent", "principal", "conversation")
 
 
-def run_resource(*, run: Run, pending: list[Approval] | None = None) -> dict:
-    """The run resource (snake_case; runs.schemas.RunOut maps it to the wire)."""
+def run_resource(*, run: Run, pending: list[Approval] | None = None, costs=None) -> dict:
+    """The run resource (snake_case; runs.schemas.RunOut maps it to the wire). `costs`: the
+    pending calls' cost beside them (budgets.spend.run_costs, by run pk), for lists."""
     if pending is None:
         pending = list(_pending_of([run.pk]).get(run.pk, []))
+    if pending and costs is None:
+        costs = run_costs(runs=[run])
     return {
         "id": run.external_id,
         "agent_id": run.agent.external_id,
@@ -44,7 +48,9 @@ def run_resource(*, run: Run, pending: list[Approval] | None = None) -> dict:
         "todos": run.todos or [],
         "verdicts": run.verdicts or {},
         "taint_summary": run.taint_summary,
-        "pending_calls": [approval_resource(a, run_id=run.external_id) for a in pending],
+        "pending_calls": [
+            approval_resource(a, run_id=run.external_id, costs=costs) for a in pending
+        ],
         "result": run.result,
         "ended_by_tool": run.ended_by_tool,
         "finish_reason": run.finish_reason,
@@ -127,7 +133,8 @@ def runs_list(
     more = len(runs) > limit
     runs = runs[:limit]
     pending = _pending_of([r.pk for r in runs])
+    costs = run_costs(runs=[r for r in runs if pending.get(r.pk)])
     return {
-        "items": [run_resource(run=r, pending=pending.get(r.pk, [])) for r in runs],
+        "items": [run_resource(run=r, pending=pending.get(r.pk, []), costs=costs) for r in runs],
         "next_cursor": cursor_encode(runs[-1]) if more else None,
     }

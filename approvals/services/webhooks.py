@@ -30,6 +30,7 @@ from approvals.models import (
     WebhookFormat,
 )
 from approvals.schemas import ApprovalOut, approval_resource
+from budgets.spend import run_costs
 from console import outbox
 from console.errors import Invalid
 from console.services import audit
@@ -139,10 +140,9 @@ def webhook_create(
     return webhook, secret
 
 
-def _approval_payload(approval) -> dict:
-    return ApprovalOut.model_validate(approval_resource(approval)).model_dump(
-        by_alias=True, mode="json"
-    )
+def _approval_payload(approval, costs: dict) -> dict:
+    resource = approval_resource(approval, costs=costs)
+    return ApprovalOut.model_validate(resource).model_dump(by_alias=True, mode="json")
 
 
 def _subscribed(*, tenant_id: int, event: str) -> list[Webhook]:
@@ -184,7 +184,8 @@ def _enqueue(*, tenant_id: int, event: str, approvals) -> int:
     hooks = _subscribed(tenant_id=tenant_id, event=event)
     if not hooks:
         return 0
-    payloads = [{"approval": _approval_payload(a)} for a in approvals]
+    costs = run_costs(runs=[a.run for a in approvals])
+    payloads = [{"approval": _approval_payload(a, costs)} for a in approvals]
     return len(_deliveries_create(hooks=hooks, event=event, payloads=payloads))
 
 

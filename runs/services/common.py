@@ -128,9 +128,7 @@ def _usage_apply(w: RunWrites, *, row: StepRow, model: str, usage: dict, steps: 
         held[field] = held.get(field, 0) + usage[field]
     by_model[model or ""] = held
     run.usage_by_model = by_model
-    w.add_usage(
-        day=w.day(row.finished_at), agent_id=row.agent_id, model=model, usage=usage, steps=steps
-    )
+    w.add_usage(day=w.day(row.finished_at), model=model, usage=usage, steps=steps)
 
 
 def messages_append(

@@ -158,6 +158,11 @@ def usage_add(
     carrier = StepRow(number=0, agent_id=run.current_agent_id, finished_at=at or timezone.now())
     with run_unit(run, writes) as unit:
         common._usage_apply(unit, row=carrier, model=model, usage=usage, steps=steps)
+        # Kept as a row too, so the rollups can be rebuilt (runs.services.usage).
+        unit.usage_adjustments.append(
+            {"run_id": run.pk, "at": carrier.finished_at, "model": model or "", "steps": steps}
+            | {f: usage.get(f, 0) for f in USAGE_FIELDS}
+        )
         unit.touch(*USAGE_FIELDS, "usage_by_model", what="usage")
 
 

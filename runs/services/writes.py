@@ -3,7 +3,9 @@
 A `RunWrites` collects what the write primitives (runs/services/common.py) change: the run in
 memory, plain rows (dicts, and `StepRow`s for steps, which later events of the unit amend) and
 usage deltas; `flush()` writes each table with one statement, adds the usage to the tenant's
-rollups with one upsert, saves the run once and publishes one `run_changed` on commit.
+rollups with one upsert (then records the budget thresholds it reaches:
+`budgets.services.budgets_usage_recorded`), saves the run once and publishes one
+`run_changed` on commit.
 
 No model instance is built for a row that is only inserted: on PostgreSQL a table's rows travel
 as one JSON array that `jsonb_to_recordset` turns into rows (`rows_insert`, `rows_upsert`);
@@ -25,9 +27,19 @@ from django.db.models import Max
 from django.utils import timezone
 
 from approvals.services.rules import rule_hits_add
+from budgets.services import budgets_usage_recorded
 from console import realtime
 from console.models import Tenant
-from runs.models import Handoff, Message, Run, Step, ToolResult, UsageDaily, Verdict
+from runs.models import (
+    Handoff,
+    Message,
+    Run,
+    Step,
+    ToolResult,
+    UsageAdjustment,
+    UsageDaily,
+    Verdict,
+)
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cost_minor_units")
 
@@ -74,6 +86,7 @@ class RunWrites:
         self.verdicts: list[dict] = []
         self.usage: dict[tuple, list[int]] = {}  # (day, principal, agent, model) -> deltas
         self.rule_hits: Counter = Counter()  # rule id -> calls lasting rules decided
+        self.usage_adjustments: list[dict] = []  # UsageAdjustment rows (usage of no step)
         self._next_message: int | None = None
         self._next_handoff: int | None = None
         self._trace_ids: set[str] | None = None
@@ -143,9 +156,11 @@ class RunWrites:
             day = self._days[at] = usage_day(tenant=self.run.tenant, at=at)
         return day
 
-    def add_usage(self, *, day, agent_id: str, model: str, usage: dict, steps: int) -> None:
+    def add_usage(self, *, day, model: str, usage: dict, steps: int) -> None:
+        """Usage for the rollup, keyed by the run's principal and the run's agent (`agentId`,
+        whichever agent ran the step: budgets scope runs by their agent)."""
         principal_id = self.run.principal.external_id if self.run.principal_id else ""
-        key = (day, principal_id, agent_id or "", model or "")
+        key = (day, principal_id, self.run.agent.external_id, model or "")
         row = self.usage.setdefault(key, [0, 0, 0, 0])
         for i, field in enumerate(USAGE_FIELDS):
             row[i] += usage.get(field, 0)
@@ -164,9 +179,12 @@ class RunWrites:
             (ToolResult, self.tool_results),
             (Handoff, self.handoffs),
             (Verdict, self.verdicts),
+            (UsageAdjustment, self.usage_adjustments),
         ):
             rows_insert(model, rows)
         _usage_daily_add(tenant_id=run.tenant_id, rows=self.usage)
+        if self.usage:  # thresholds this usage reaches: alerts in this transaction
+            budgets_usage_recorded(run=run, days={k[0] for k, d in self.usage.items() if d[2] > 0})
         if self.dirty:
             run.updated_at = timezone.now()
             run.save(update_fields=sorted(self.dirty | {"updated_at"}))
@@ -305,9 +323,14 @@ def _django_default(value):
 
 
 def _usage_daily_add(*, tenant_id: int, rows: dict) -> None:
-    """Add usage deltas to the daily rollup: one upsert statement (PostgreSQL and SQLite)."""
+    """Add usage deltas to the daily rollup: one upsert statement (PostgreSQL and SQLite).
+
+    Atomic addition (`col = col + excluded.col`), never read-modify-write, so concurrent
+    batches add up exactly; rows go in key order, so two batches touching the same rows lock
+    them in the same order and cannot deadlock."""
     if not rows:
         return
+    rows = dict(sorted(rows.items()))
     table = connection.ops.quote_name(UsageDaily._meta.db_table)
     columns = "tenant_id, day, principal_id, agent_id, model, " + ", ".join(USAGE_FIELDS)
     columns += ", steps"

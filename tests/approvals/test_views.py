@@ -62,7 +62,7 @@ def test_inbox_shows_the_card_with_everything_a_reviewer_needs(as_reviewer, appr
     assert ">Approve</button>" in html and ">Deny</button>" in html
     assert approval.rejection_message in html  # pre-filled
     assert "editor" in html and approval.run.agent.external_id in html
-    assert "1.20 USD" in html and "5.00 USD" in html  # cost against ceiling
+    assert "$1.20 of $5.00" in html  # cost against ceiling, in the tenant's currency
     assert "Email Bob" in html and "flagged" in html and "taint: untrustedInput" in html
     assert "secretRead" not in html
     assert 'class="secret"' in html  # the key is masked until revealed

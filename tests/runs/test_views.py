@@ -480,6 +480,14 @@ def test_seed_demo_makes_consistent_data_the_pages_render(client, viewer_a, tena
     awaiting = [r for r in runs if r.status == "awaiting_approval"]
     pending = Approval.objects.filter(run__in=awaiting, status="pending").count()
     assert pending == len(awaiting)
+    # The rollups hold the steps' usage, as ingest would have added it.
+    from django.db.models import Sum
+
+    from runs.models import Step, UsageDaily
+
+    rollup = UsageDaily.objects.filter(tenant=tenant_a).aggregate(c=Sum("cost_minor_units"))
+    steps = Step.objects.filter(run__tenant=tenant_a).aggregate(c=Sum("cost_minor_units"))
+    assert rollup["c"] == steps["c"] == sum(r.cost_minor_units for r in runs)
     client.force_login(viewer_a.user)
     assert client.get("/runs/?limit=200").status_code == 200
     assert client.get(f"/runs/{runs[0].external_id}/").status_code == 200

@@ -32,8 +32,10 @@ from runs.models import (
     RunStatus,
     Step,
     ToolResult,
+    UsageDaily,
     Verdict,
 )
+from runs.services.usage import usage_rollups_rebuild
 from runs.services.writes import bulk_insert
 
 CHUNK = 2000
@@ -83,9 +85,11 @@ class Command(BaseCommand):
             counts = seeder.chunk(min(CHUNK, opts["runs"] - offset))
             made = {k: made[k] + counts[k] for k in made}
             self.stdout.write(f"  {made['runs']} runs, {made['events']} events", ending="\r")
+        usage_rollups_rebuild(tenant=tenant)  # the steps' usage, as ingest would have added it
         if connection.vendor == "postgresql":  # fresh statistics, or the planner guesses
             with connection.cursor() as cursor:
-                tables = [m._meta.db_table for m in (Run, RunEvent, Message, Step, Approval)]
+                models = (Run, RunEvent, Message, Step, Approval, UsageDaily)
+                tables = [m._meta.db_table for m in models]
                 cursor.execute(f"ANALYZE {', '.join(tables)}")
         seconds = time.monotonic() - started
         self.stdout.write(

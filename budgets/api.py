@@ -1,0 +1,193 @@
+"""Usage and budgets over the wire (`manage` keys acting as their principal, or a signed-in
+browser session), and the budget check for runtimes (`ingest`). Handlers only translate."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Annotated
+
+from django.http import HttpResponse
+from ninja import Query, Router
+from pydantic import ValidationError
+
+from budgets import schemas as s
+from budgets import selectors, services
+from budgets.check import budget_check
+from console import access
+from console.auth import CapableSession, PrincipalKeyAuth, ingest_auth
+from console.errors import Invalid
+from console.schemas import errors, strict_json
+
+router = Router(tags=["budgets"])
+
+# A manage key acting as its principal, or a signed-in session; the capability is checked with
+# the credentials, before the path's object is looked up or the body parsed.
+READ = [PrincipalKeyAuth("manage", "view_budgets"), CapableSession("view_budgets")]
+WRITE = [PrincipalKeyAuth("manage", "manage_budgets"), CapableSession("manage_budgets")]
+
+
+@router.get(
+    "/usage",
+    auth=READ,
+    response={200: s.UsageOut, **errors(422)},
+    by_alias=True,
+    exclude_unset=True,
+    summary="Usage by day, principal, agent, model and team (`format=csv`: text/csv)",
+)
+def usage(
+    request,
+    date_from: Annotated[str | None, Query(alias="from", description="YYYY-MM-DD")] = None,
+    date_to: Annotated[str | None, Query(alias="to", description="YYYY-MM-DD")] = None,
+    group_by: Annotated[
+        str | None, Query(alias="groupBy", description="day,principal,agent,model,team")
+    ] = None,
+    format: Annotated[str | None, Query(description="json (default) or csv")] = None,  # noqa: A002
+):
+    viewer = request.auth
+    query = s.usage_query(
+        raw_from=date_from,
+        raw_to=date_to,
+        raw_group_by=group_by,
+        raw_format=format,
+        today=selectors.tenant_today(tenant=viewer.tenant),
+    )
+    want_csv = query.pop("csv")
+    report = selectors.usage_report(viewer=viewer, **query)
+    if not want_csv:
+        return report
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\r\n").writerows(selectors.usage_csv_lines(report))
+    response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
+    name = f"usage-{report['from']}-{report['to']}.csv"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+@router.get(
+    "/budgets",
+    auth=READ,
+    response={200: s.BudgetListOut, **errors(422)},
+    by_alias=True,
+    summary="The tenant's budgets with their current spend (oldest first, keyset pages)",
+)
+def budgets_index(request, query: Query[s.BudgetListQuery]):
+    return selectors.budgets_list(viewer=request.auth, **query.model_dump())
+
+
+@router.post(
+    "/budgets",
+    auth=WRITE,
+    response={201: s.BudgetOut, **errors(409, 413, 422)},
+    by_alias=True,
+    summary="Create a budget (a name held by an active budget: 409 budget_exists)",
+)
+def budgets_create(request, payload: s.BudgetIn):
+    viewer = request.auth
+    budget = services.budget_create(
+        tenant=viewer.tenant, fields=payload.model_dump(), viewer=viewer
+    )
+    return 201, selectors.budget_read(viewer=viewer, budget_id=budget.public_id)
+
+
+def _check_body(request) -> dict:
+    """The body as JSON (a 422 otherwise). Parsed here, not by ninja, so that an unknown
+    `runId` is a 404 before the rest of the body is validated (the contract's order)."""
+    try:
+        body = strict_json(request.body)
+    except ValueError:
+        raise Invalid(
+            "the body is not valid JSON",
+            code="validation_error",
+            details=[{"path": "body", "message": "not valid JSON"}],
+        ) from None
+    if not isinstance(body, dict):
+        raise Invalid(
+            "the body must be a JSON object",
+            code="validation_error",
+            details=[{"path": "body", "message": "not an object"}],
+        )
+    return body
+
+
+def _validated(body: dict) -> s.BudgetCheckIn:
+    try:
+        return s.BudgetCheckIn.model_validate(body)
+    except ValidationError as error:
+        details = [
+            {"path": ".".join(str(p) for p in e["loc"]) or "body", "message": e["msg"]}
+            for e in error.errors()
+        ]
+        raise Invalid(
+            "the request body is invalid", code="validation_error", details=details
+        ) from None
+
+
+# Registered before /budgets/{budget_id}: `check` is not a budget id.
+@router.post(
+    "/budgets/check",
+    auth=ingest_auth,
+    response={200: s.BudgetCheckOut, **errors(404, 409, 413, 422)},
+    by_alias=True,
+    summary="May this run spend this much? (its limit and budgets, narrowest first)",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": s.BudgetCheckIn.model_json_schema(by_alias=True)}
+            },
+        }
+    },
+)
+def budgets_check(request):
+    tenant_id = request.auth.tenant_id
+    body = _check_body(request)
+    run = None
+    if isinstance(body.get("runId"), str):
+        run = access.run_in_tenant(tenant_id=tenant_id, run_id=body["runId"])  # 404 first
+    payload = _validated(body)
+    return budget_check(
+        tenant_id=tenant_id,
+        run_id=payload.run_id,
+        estimated_cost=payload.estimated_cost_minor_units,
+        estimated_tokens=payload.estimated_tokens,
+        run=run,
+    )
+
+
+@router.get(
+    "/budgets/{budget_id}",
+    auth=READ,
+    response={200: s.BudgetOut, **errors(404)},
+    by_alias=True,
+    summary="One budget (a deleted one too: active false) with its current spend",
+)
+def budgets_get(request, budget_id: str):
+    return selectors.budget_read(viewer=request.auth, budget_id=budget_id)
+
+
+@router.patch(
+    "/budgets/{budget_id}",
+    auth=WRITE,
+    response={200: s.BudgetOut, **errors(404, 409, 413, 422)},
+    by_alias=True,
+    summary="Change any of a budget's fields",
+)
+def budgets_patch(request, budget_id: str, payload: s.BudgetPatch):
+    viewer = request.auth
+    budget = access.budget_for(viewer=viewer, budget_id=budget_id, capability="manage_budgets")
+    services.budget_update(budget=budget, fields=payload.changes(), viewer=viewer)
+    return selectors.budget_read(viewer=viewer, budget_id=budget_id)
+
+
+@router.delete(
+    "/budgets/{budget_id}",
+    auth=WRITE,
+    response={204: None, **errors(404)},
+    summary="Delete (archive) a budget: no longer listed or applied, its history kept",
+)
+def budgets_delete(request, budget_id: str):
+    viewer = request.auth
+    budget = access.budget_for(viewer=viewer, budget_id=budget_id, capability="manage_budgets")
+    services.budget_archive(budget=budget, viewer=viewer)
+    return 204, None

@@ -1,0 +1,201 @@
+"""Reads for leads: usage by day, principal, agent, model and team, and budgets with their
+current spend (budgets.spend). Everything is computed from the usage rollups
+(runs.UsageDaily), never from a scan of steps. The API and the /budgets/ pages call these
+same functions."""
+
+from __future__ import annotations
+
+import base64
+from datetime import date
+
+from django.db import connection
+from django.utils import timezone
+
+from budgets import rules
+from budgets.schemas import DIMENSIONS
+from budgets.spend import LIST_RELATED, budget_current, budgets_current
+from console import access
+from console.errors import Invalid
+from console.models import Principal, Team
+from runs.models import UsageDaily
+
+ROW_KEYS = {
+    "day": "day",
+    "principal": "principal_id",
+    "agent": "agent_id",
+    "model": "model",
+    "team": "team",
+}
+SUMS = ("input_tokens", "output_tokens", "cost_minor_units", "steps")
+_COLUMNS = {
+    "day": "u.day",
+    "principal": "u.principal_id",
+    "agent": "u.agent_id",
+    "model": "u.model",
+    "team": "t.name",
+}
+
+
+def tenant_today(*, tenant, now=None):
+    """Today in the tenant's time zone."""
+    return rules.local_today(now or timezone.now(), rules.zone(tenant.time_zone))
+
+
+def _tables() -> dict:
+    quote = connection.ops.quote_name
+    return {
+        "usage": quote(UsageDaily._meta.db_table),
+        "principal": quote(Principal._meta.db_table),
+        "members": quote(Principal.teams.through._meta.db_table),
+        "team": quote(Team._meta.db_table),
+    }
+
+
+def _usage_rows(*, tenant_id: int, first: date, last: date, dims: list[str]) -> list[tuple]:
+    """One GROUP BY over the rollups of the days [first, last]; team rows through the
+    principals' memberships now (a principal in two teams counts for both)."""
+    t = _tables()
+    keys = [_COLUMNS[d] for d in dims]
+    columns = ", ".join([*keys, *(f"SUM(u.{s})" for s in SUMS)])
+    sql = f"SELECT {columns} FROM {t['usage']} u"  # noqa: S608
+    if "team" in dims:
+        sql += (
+            f" LEFT JOIN {t['principal']} p ON p.tenant_id = u.tenant_id"
+            f" AND p.external_id = u.principal_id AND u.principal_id <> ''"
+            f" LEFT JOIN {t['members']} pt ON pt.principal_id = p.id"
+            f" LEFT JOIN {t['team']} t ON t.id = pt.team_id"
+        )
+    sql += " WHERE u.tenant_id = %s AND u.day >= %s AND u.day <= %s"
+    if keys:
+        sql += f" GROUP BY {', '.join(keys)}"
+    # Identifiers come from the models and the fixed map above; values are parameters.
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [tenant_id, first, last])
+        return cursor.fetchall()
+
+
+def _key_value(dim: str, value):
+    if dim == "day":
+        return value if isinstance(value, str) else value.isoformat()
+    if dim == "principal":
+        return value or None  # '' in the rollup: a run for no principal
+    return value
+
+
+def _sort_key(row: dict):
+    keys = [row.get(ROW_KEYS[d]) for d in DIMENSIONS if ROW_KEYS[d] in row]
+    return (-row["cost_minor_units"], *((v is None, v or "") for v in keys))
+
+
+def usage_report(*, viewer, date_from: date, date_to: date, group_by: list[str]) -> dict:
+    """Usage of the viewer's tenant over the local days [date_from, date_to], grouped by
+    `group_by` (dimensions of DIMENSIONS): rows sorted by cost descending, then by their keys
+    (null last); totals over every step (team rows may add up to more)."""
+    access.require_capability(viewer, "view_budgets")
+    tenant = viewer.tenant
+    dims = [d for d in DIMENSIONS if d in group_by]
+    rows = []
+    for record in _usage_rows(tenant_id=tenant.pk, first=date_from, last=date_to, dims=dims):
+        row = {ROW_KEYS[d]: _key_value(d, v) for d, v in zip(dims, record, strict=False)}
+        row.update(zip(SUMS, (int(v or 0) for v in record[len(dims) :]), strict=True))
+        rows.append(row)
+    rows.sort(key=_sort_key)
+    if "team" in dims:
+        totals_row = _usage_rows(tenant_id=tenant.pk, first=date_from, last=date_to, dims=[])[0]
+        totals = {s: int(v or 0) for s, v in zip(SUMS, totals_row, strict=True)}
+    else:
+        totals = {s: sum(r[s] for r in rows) for s in SUMS}
+    return {
+        "currency": tenant.currency,
+        "time_zone": tenant.time_zone,
+        "from": date_from.isoformat(),
+        "to": date_to.isoformat(),
+        "group_by": list(group_by),
+        "rows": rows,
+        "totals": totals,
+    }
+
+
+USAGE_CSV_HEADER = {
+    "day": "day",
+    "principal_id": "principalId",
+    "agent_id": "agentId",
+    "model": "model",
+    "team": "team",
+    "input_tokens": "inputTokens",
+    "output_tokens": "outputTokens",
+    "cost_minor_units": "costMinorUnits",
+    "steps": "steps",
+}
+
+
+def usage_csv_lines(report: dict) -> list[list[str]]:
+    """The report's rows as CSV records, header first, columns in the contract's order
+    (null is an empty field)."""
+    dims = [ROW_KEYS[d] for d in DIMENSIONS if d in report["group_by"]]
+    columns = [*dims, *SUMS]
+    lines = [[USAGE_CSV_HEADER[c] for c in columns]]
+    for row in report["rows"]:
+        lines.append(["" if row[c] is None else str(row[c]) for c in columns])
+    return lines
+
+
+# --- budgets and their current spend ---
+
+
+def budget_resource(budget, *, current: dict) -> dict:
+    """The budget resource (snake_case; schemas.BudgetOut maps it to the wire). Prefetch
+    `leads` for lists."""
+    return {
+        "id": budget.public_id,
+        "name": budget.name,
+        "scope": {"type": budget.scope_type, "id": budget.scope_id},
+        "period": budget.period,
+        "ceiling_minor_units": budget.ceiling_minor_units,
+        "ceiling_tokens": budget.ceiling_tokens,
+        "thresholds": list(budget.thresholds),
+        "over_budget": budget.over_budget,
+        "leads": sorted(p.external_id for p in budget.leads.all()),
+        "active": budget.is_active,
+        "current": current,
+        "created_at": budget.created_at,
+        "updated_at": budget.updated_at,
+    }
+
+
+def budget_read(*, viewer, budget_id: str, now=None) -> dict:
+    """One budget's resource (archived ones too)."""
+    budget = access.budget_for(viewer=viewer, budget_id=budget_id)
+    return budget_resource(budget, current=budget_current(budget=budget, now=now))
+
+
+def _cursor(raw: str | None) -> int:
+    if raw is None:
+        return 0
+    try:
+        text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
+        if not text.startswith("b") or not text[1:].isdigit():
+            raise ValueError
+        return int(text[1:])
+    except ValueError:
+        raise Invalid(
+            "cursor: not a cursor this server issued",
+            code="validation_error",
+            details=[{"path": "query.cursor", "message": "not a cursor this server issued"}],
+        ) from None
+
+
+def budgets_list(*, viewer, limit: int = 50, cursor: str | None = None, now=None) -> dict:
+    """The tenant's active budgets, oldest first, keyset-paginated by an opaque cursor."""
+    qs = access.budgets_visible_to(viewer=viewer).filter(pk__gt=_cursor(cursor))
+    rows = list(
+        qs.select_related(*LIST_RELATED).prefetch_related("leads").order_by("pk")[: limit + 1]
+    )
+    more, rows = len(rows) > limit, rows[:limit]
+    currents = budgets_current(budgets=rows, now=now)
+    return {
+        "items": [budget_resource(b, current=currents[b.pk]) for b in rows],
+        "next_cursor": base64.urlsafe_b64encode(f"b{rows[-1].pk}".encode()).decode().rstrip("=")
+        if more
+        else None,
+    }

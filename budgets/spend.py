@@ -1,0 +1,192 @@
+"""What budgets have spent: reads of the usage rollups (runs.UsageDaily) for one budget or
+many, which budgets apply to a run, and the arithmetic's inputs. Read only, and low in the
+house: the budget service (alerts, in the ingest transaction), the budget check, the budgets'
+selectors and the approvals' cards and resources all read spend through here, never from a
+scan of steps.
+"""
+
+from __future__ import annotations
+
+from django.db.models import F, Q, Sum
+from django.utils import timezone
+
+from budgets import rules
+from budgets.models import Budget
+from console.models import Principal
+from runs.models import UsageDaily
+
+SCOPE_ORDER = {"run": -1, "agent": 0, "principal": 1, "team": 2, "tenant": 3}  # narrowest first
+LIST_RELATED = ("team", "principal", "agent", "tenant")
+
+
+def _scope_q(budget) -> Q:
+    """The rollup rows in a budget's scope: the tenant's; its team's members' (now); its
+    principal's; its agent's (the run's `agentId`)."""
+    if budget.scope_type == "principal":
+        return Q(principal_id=budget.principal.external_id)
+    if budget.scope_type == "agent":
+        return Q(agent_id=budget.agent.external_id)
+    if budget.scope_type == "team":
+        members = Principal.objects.filter(tenant_id=budget.tenant_id, teams=budget.team_id)
+        return Q(principal_id__in=members.values("external_id"))
+    return Q()
+
+
+def spend_in_windows(*, tenant_id: int, windows: list[tuple]) -> dict:
+    """Spend per window, in ONE query over the rollups: `windows` are (key, budget, first day,
+    end day) with end exclusive; the answer maps each key to (minor units, tokens)."""
+    if not windows:
+        return {}
+    aggregates = {}
+    for n, (_key, budget, first, end) in enumerate(windows):
+        where = Q(day__gte=first, day__lt=end) & _scope_q(budget)
+        aggregates[f"c{n}"] = Sum("cost_minor_units", filter=where)
+        aggregates[f"t{n}"] = Sum(F("input_tokens") + F("output_tokens"), filter=where)
+    rows = UsageDaily.objects.filter(
+        tenant_id=tenant_id,
+        day__gte=min(w[2] for w in windows),
+        day__lt=max(w[3] for w in windows),
+    ).aggregate(**aggregates)
+    return {
+        key: (int(rows[f"c{n}"] or 0), int(rows[f"t{n}"] or 0))
+        for n, (key, *_rest) in enumerate(windows)
+    }
+
+
+def _current(budget, *, spent: int, tokens: int, start, end, now) -> dict:
+    ceiling = budget.ceiling_minor_units
+    return {
+        "period_start": start,
+        "period_end": end,
+        "spent_minor_units": spent,
+        "spent_tokens": tokens,
+        "remaining_minor_units": ceiling - spent,
+        "percent": rules.percent(spent, ceiling),
+        "projected_minor_units": rules.projected(spent, start, end, now),
+        "crossed": rules.crossed(budget.thresholds, spent, ceiling),
+    }
+
+
+def budgets_current(*, budgets, now=None) -> dict:
+    """The `current` block of each budget (of one tenant) by pk: its period now, in the
+    tenant's time zone, and its spend there. One query whatever the number of budgets."""
+    budgets = list(budgets)
+    if not budgets:
+        return {}
+    now = now or timezone.now()
+    tz = rules.zone(budgets[0].tenant.time_zone)
+    today = rules.local_today(now, tz)
+    windows, bounds = [], {}
+    for budget in budgets:
+        first, end = rules.period_days(budget.period, today)
+        bounds[budget.pk] = rules.period_bounds(budget.period, now, tz)
+        windows.append((budget.pk, budget, first, end))
+    spent = spend_in_windows(tenant_id=budgets[0].tenant_id, windows=windows)
+    return {
+        b.pk: _current(
+            b,
+            spent=spent[b.pk][0],
+            tokens=spent[b.pk][1],
+            start=bounds[b.pk][0],
+            end=bounds[b.pk][1],
+            now=now,
+        )
+        for b in budgets
+    }
+
+
+def budget_current(*, budget, now=None) -> dict:
+    """The budget's `current` block (its period now and its spend there)."""
+    return budgets_current(budgets=[budget], now=now)[budget.pk]
+
+
+def narrowest_first(budgets) -> list:
+    """Agent, principal, team(s) (by name), tenant; ties by age."""
+    return sorted(
+        budgets,
+        key=lambda b: (SCOPE_ORDER[b.scope_type], b.team.name if b.team_id else "", b.pk),
+    )
+
+
+def budgets_applying_q(*, run) -> Q:
+    """The budgets whose scope holds this run: the tenant's, its agent's, its principal's and
+    those of the teams its principal is a member of now."""
+    q = Q(scope_type="tenant") | Q(scope_type="agent", agent_id=run.agent_id)
+    if run.principal_id:
+        teams = Principal.teams.through.objects.filter(principal_id=run.principal_id)
+        q |= Q(scope_type="principal", principal_id=run.principal_id)
+        q |= Q(scope_type="team", team_id__in=teams.values("team_id"))
+    return q
+
+
+def budgets_applying(*, run) -> list:
+    """The active budgets that apply to the run, narrowest first."""
+    qs = Budget.objects.filter(tenant_id=run.tenant_id, archived_at__isnull=True)
+    return narrowest_first(qs.filter(budgets_applying_q(run=run)).select_related(*LIST_RELATED))
+
+
+def runs_budgets(*, runs, now=None) -> dict:
+    """For each run (of one tenant) the active budgets that apply to it, narrowest first, as
+    `{"budget", "current"}`. Three queries whatever the number of runs: the tenant's
+    budgets, the teams of the runs' principals, one spend query."""
+    runs = list(runs)
+    if not runs:
+        return {}
+    budgets = list(
+        Budget.objects.filter(tenant_id=runs[0].tenant_id, archived_at__isnull=True)
+        .select_related(*LIST_RELATED)
+        .order_by("pk")
+    )
+    if not budgets:
+        return {run.pk: [] for run in runs}
+    teams: dict[int, set[int]] = {}
+    if any(b.scope_type == "team" for b in budgets):
+        members = Principal.teams.through.objects.filter(
+            principal_id__in={r.principal_id for r in runs if r.principal_id}
+        )
+        for principal_id, team_id in members.values_list("principal_id", "team_id"):
+            teams.setdefault(principal_id, set()).add(team_id)
+
+    def applies(budget, run) -> bool:
+        kind = budget.scope_type
+        return (
+            kind == "tenant"
+            or (kind == "agent" and budget.agent_id == run.agent_id)
+            or (
+                kind == "principal" and run.principal_id and budget.principal_id == run.principal_id
+            )
+            or (kind == "team" and budget.team_id in teams.get(run.principal_id, ()))
+        )
+
+    applying = {run.pk: narrowest_first(b for b in budgets if applies(b, run)) for run in runs}
+    used = {b.pk: b for listed in applying.values() for b in listed}
+    currents = budgets_current(budgets=list(used.values()), now=now)
+    return {
+        pk: [{"budget": b, "current": currents[b.pk]} for b in listed]
+        for pk, listed in applying.items()
+    }
+
+
+def budget_summary(budget, current: dict) -> dict:
+    """A budget beside a decision: what is left of it (approval resources, cards)."""
+    return {
+        "id": budget.public_id,
+        "name": budget.name,
+        "remaining_minor_units": current["remaining_minor_units"],
+        "ceiling_minor_units": budget.ceiling_minor_units,
+        "percent": current["percent"],
+    }
+
+
+def run_costs(*, runs, now=None) -> dict:
+    """Cost beside each decision, by run pk: the run's cost so far and the budgets that apply
+    to it (narrowest first) with what is left of them. Three queries for any number of runs."""
+    runs = list({run.pk: run for run in runs}.values())
+    applying = runs_budgets(runs=runs, now=now)
+    return {
+        run.pk: {
+            "run_cost_minor_units": run.cost_minor_units,
+            "budgets": [budget_summary(a["budget"], a["current"]) for a in applying[run.pk]],
+        }
+        for run in runs
+    }
