@@ -2,7 +2,8 @@
 
 Tenant `demo`; an admin, a reviewer and a viewer who sign in with passwords generated once
 into var/demo-logins.json; an ingest key for the demo agent, its raw value kept only in
-var/demo-agent.key (the database holds its hash). Prints the login URL and the admin's login.
+var/demo-agent.key (the database holds its hash); a small daily budget of the SQL analyst
+agent that asks the admin (its lead) once spent. Prints the login URL and the admin's login.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import transaction
 
+from budgets.services import budget_ensure
 from console.management.commands._base import ProvisioningCommand
 from console.models import ApiKey, Principal
 from console.services import api_key_create, principal_create, tenant_create
@@ -27,6 +29,17 @@ PEOPLE = (
 )
 ADMIN = PEOPLE[0][0]
 AGENT_KEY_NAME = "demo agent"
+# A small daily budget of one demo agent that asks its lead (the admin) once it is spent:
+# `make run` shows it filling up, its alerts, and override requests in the admin's inbox.
+DEMO_BUDGET = {
+    "name": "SQL analyst, daily",
+    "scope": {"type": "agent", "id": "sql-analyst"},
+    "period": "day",
+    "ceiling_minor_units": 15,
+    "thresholds": [50, 80, 100],
+    "over_budget": "ask",
+    "leads": [ADMIN],
+}
 
 
 def logins_file() -> Path:
@@ -94,12 +107,14 @@ class Command(ProvisioningCommand):
                 if _ensure_person(tenant, pid, name, role, fresh[pid])
             ]
             new_key = _ensure_agent_key(tenant)
+            _, budget_created = budget_ensure(tenant=tenant, fields=DEMO_BUDGET)
         if fresh != logins:
             _write_private(logins_file(), json.dumps(fresh, indent=2) + "\n")
         self.stdout.write(
             f"demo tenant '{TENANT}' {'created' if created else 'already there'}; "
             f"logins {'set for ' + ', '.join(changed) if changed else 'unchanged'}; "
-            f"demo agent key {'created' if new_key else 'unchanged'} ({agent_key_file()})"
+            f"demo agent key {'created' if new_key else 'unchanged'} ({agent_key_file()}); "
+            f"budget '{DEMO_BUDGET['name']}' {'created' if budget_created else 'kept'}"
         )
         self.stdout.write(login_banner(fresh))
 

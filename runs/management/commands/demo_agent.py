@@ -4,7 +4,9 @@ Built only on the SDK (it talks to the console over HTTP like any runtime): runs
 demo principals, in conversations or in none, with steps and realistic usage, todos, a
 handoff, occasional security verdicts, and tool calls held for approval, after which it acts
 on the decision (runs an approved call with the reviewer's arguments; tells the model a
-denial's message). `--runs 0` runs forever. The key defaults to var/demo-agent.key, which
+denial's message). Before each step it checks the run's budgets for the step's most
+expensive outcome: over an `ask` budget it waits for the lead's override, refused it stops the
+run with `usageDenied`. `--runs 0` runs forever. The key defaults to var/demo-agent.key, which
 `demo_setup` writes.
 """
 
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from gavel_sdk import GavelClient, GavelError, RetryPolicy, Usage
+from gavel_sdk import BudgetExceeded, GavelClient, GavelError, RetryPolicy, Usage
 from gavel_sdk.session import HeldCall, RunSession
 
 PRINCIPALS = ("alice@demo.example", "bob@demo.example", "carol@demo.example")
@@ -107,11 +109,31 @@ class DemoRun:
             limits={"costCeilingMinorUnits": 500, "maxSteps": 12},
             model=self.model,
             decision_timeout=timeout,
+            budget_estimate=self.estimate,
         )
         self.events = self.session.events
 
     def pause(self, low=0.3, high=1.2) -> None:
         time.sleep(self.rng.uniform(low, high) * self.pace)
+
+    def estimate(self) -> int:
+        """The most a step of this model costs (what the budget check is asked for)."""
+        p_in, p_out = MODELS[self.model]
+        return math.ceil((4000 * p_in + 600 * p_out) / 1_000_000)
+
+    @contextlib.contextmanager
+    def waiting(self):
+        """A run waiting for a human leaves its working slot to another run."""
+        self.active.release()
+        try:
+            yield
+        finally:
+            self.active.acquire()
+
+    def step(self, **kwargs) -> None:
+        """A new step, once the run's budgets allow it (BudgetExceeded: the run is over)."""
+        self.session.before_step(waiting=self.waiting)
+        self.events.step_started(**kwargs)
 
     def usage(self) -> Usage:
         n_in, n_out = self.rng.randint(600, 4000), self.rng.randint(40, 600)
@@ -128,10 +150,16 @@ class DemoRun:
         )
 
     def run(self) -> str:
+        try:
+            return self._run()
+        except BudgetExceeded as exc:  # finished already, with usageDenied
+            return f"stopped: {exc}"
+
+    def _run(self) -> str:
         s, ev = self.scenario, self.events
         self.session.start()
         self.todos(0)
-        ev.step_started()
+        self.step()
         ev.message("user", s["ask"])
         name, args, result = s["lookup"]
         call_id = f"call_{secrets.token_hex(4)}"
@@ -151,7 +179,7 @@ class DemoRun:
             return "failed"
         if s["held"]:
             self._held(*s["held"])
-        ev.step_started()
+        self.step()
         ev.message("assistant", "Done: here is what I did and why.")
         ev.step_finished(self.usage(), finish_reason="stop")
         self.todos(3)
@@ -172,7 +200,7 @@ class DemoRun:
     def _handoff(self, to_agent: str) -> None:
         ev, from_agent = self.events, self.scenario["agent"]
         ev.handoff(from_agent, to_agent)
-        ev.step_started(agent_id=to_agent)
+        self.step(agent_id=to_agent)
         ev.message("assistant", "Billing here: the order qualifies for a full refund.")
         ev.step_finished(self.usage(), finish_reason="stop")
         ev.handoff_returned(from_agent)
@@ -181,7 +209,7 @@ class DemoRun:
 
     def _held(self, name: str, args: dict) -> None:
         ev, call_id = self.events, f"call_{secrets.token_hex(4)}"
-        ev.step_started()
+        self.step()
         ev.message("assistant", f"I need to call {name}.", tool_calls=[_call(call_id, name, args)])
         ev.step_finished(self.usage(), finish_reason="tool_calls")
         held = HeldCall(
@@ -192,11 +220,8 @@ class DemoRun:
             rejection_message=f"The reviewer did not allow {name}. Tell the user what you would "
             "have done instead.",
         )
-        self.active.release()  # a run waiting for a human leaves its slot to another run
-        try:
+        with self.waiting():
             decision = self.session.hold([held])[call_id]
-        finally:
-            self.active.acquire()
         self.todos(2)
         if decision.approved:
             ev.tool_result(call_id, name, {"ok": True, "ran_with": decision.arguments})

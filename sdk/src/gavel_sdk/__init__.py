@@ -23,7 +23,8 @@ from gavel_sdk.errors import (
     ValidationFailed,
 )
 from gavel_sdk.events import RunEvents, held_call
-from gavel_sdk.types import Approval, Decision, Decisions, Run, Usage
+from gavel_sdk.session import BudgetExceeded
+from gavel_sdk.types import Approval, BudgetCheck, BudgetEntry, Decision, Decisions, Run, Usage
 
 __version__ = "0.1.0"
 
@@ -31,6 +32,9 @@ __all__ = [
     "AlreadyDecided",
     "Approval",
     "AsyncGavelClient",
+    "BudgetCheck",
+    "BudgetEntry",
+    "BudgetExceeded",
     "Conflict",
     "ConnectionFailed",
     "Decision",

@@ -230,3 +230,13 @@ def list_approvals(policy: RetryPolicy, params: dict) -> Op:
     params = {k: v for k, v in params.items() if v is not None}
     _, page = yield from request(Call("GET", path("approvals"), params=params), policy)
     return page
+
+
+# --- budgets ---
+
+
+def check_budget(policy: RetryPolicy, body: dict) -> Op:
+    """POST /budgets/check. Safe to retry: a pending override is answered again, not asked
+    twice; an approved one is used up by the first check that reaches the server."""
+    _, answer = yield from request(Call("POST", path("budgets", "check"), json=body), policy)
+    return answer

@@ -13,7 +13,7 @@ import httpx
 
 from gavel_sdk import _ops
 from gavel_sdk.errors import DecisionsTimeout
-from gavel_sdk.types import Approval, ApprovalPage, Decisions, Run, RunPage
+from gavel_sdk.types import Approval, ApprovalPage, BudgetCheck, Decisions, Run, RunPage
 
 DEFAULT_TIMEOUT = 10.0
 
@@ -44,6 +44,14 @@ def _admission(
         "startedAt": started_at,
     }
     return {k: v for k, v in body.items() if v is not None}
+
+
+def _check_body(run_id: str, estimated_cost_minor_units: int, estimated_tokens: int) -> dict:
+    return {
+        "runId": run_id,
+        "estimatedCostMinorUnits": estimated_cost_minor_units,
+        "estimatedTokens": estimated_tokens,
+    }
 
 
 def _decision_body(decision: str, message: str | None, arguments: Any, edit: bool) -> dict:
@@ -217,6 +225,17 @@ class GavelClient(_Base):
         page = self._drive(_ops.list_approvals(self.retry, _camel(filters)))
         return ApprovalPage([Approval.from_wire(a) for a in page["items"]], page.get("nextCursor"))
 
+    # budgets
+
+    def check_budget(
+        self, run_id: str, estimated_cost_minor_units: int, estimated_tokens: int = 0
+    ) -> BudgetCheck:
+        """May the run spend this much on its next step? Spends nothing. Over an `ask` budget
+        the answer carries the override approval asked for (`approval_id`): wait for it with
+        `wait_for_decisions`, then check again."""
+        body = _check_body(run_id, estimated_cost_minor_units, estimated_tokens)
+        return BudgetCheck.from_wire(self._drive(_ops.check_budget(self.retry, body)))
+
 
 class AsyncGavelClient(_Base):
     """The asyncio client: the same methods as `GavelClient`, awaited."""
@@ -324,6 +343,12 @@ class AsyncGavelClient(_Base):
     async def list_approvals(self, **filters) -> ApprovalPage:
         page = await self._drive(_ops.list_approvals(self.retry, _camel(filters)))
         return ApprovalPage([Approval.from_wire(a) for a in page["items"]], page.get("nextCursor"))
+
+    async def check_budget(
+        self, run_id: str, estimated_cost_minor_units: int, estimated_tokens: int = 0
+    ) -> BudgetCheck:
+        body = _check_body(run_id, estimated_cost_minor_units, estimated_tokens)
+        return BudgetCheck.from_wire(await self._drive(_ops.check_budget(self.retry, body)))
 
 
 def _camel(filters: dict) -> dict:

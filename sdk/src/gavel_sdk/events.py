@@ -147,6 +147,7 @@ class RunEvents:
         finish_reason: str | None = None,
         ended_by_tool: str | None = None,
         error: dict | None = None,
+        usage_denied: dict | None = None,
     ) -> dict:
         return self._add(
             "run.finished",
@@ -155,4 +156,5 @@ class RunEvents:
             finishReason=finish_reason,
             endedByTool=ended_by_tool,
             error=error,
+            usageDenied=usage_denied,
         )

@@ -192,3 +192,64 @@ class Decisions:
 
     def get(self, tool_call_id: str) -> Decision | None:
         return self.decisions.get(tool_call_id)
+
+
+@dataclass(frozen=True)
+class BudgetEntry:
+    """One ceiling a budget check measured: the run's own limit (`id` None, scope type
+    "run") or a budget, with its spend and whether the estimate fits under it."""
+
+    id: str | None
+    name: str
+    scope_type: str  # run | agent | principal | team | tenant
+    scope_id: str | None
+    period: str | None
+    ceiling_minor_units: int
+    spent_minor_units: int
+    remaining_minor_units: int
+    ceiling_tokens: int | None
+    spent_tokens: int
+    allowed: bool
+
+    @classmethod
+    def from_wire(cls, body: dict) -> BudgetEntry:
+        scope = body.get("scope") or {}
+        return cls(
+            id=body.get("id"),
+            name=body["name"],
+            scope_type=scope.get("type", ""),
+            scope_id=scope.get("id"),
+            period=body.get("period"),
+            ceiling_minor_units=int(body["ceilingMinorUnits"]),
+            spent_minor_units=int(body["spentMinorUnits"]),
+            remaining_minor_units=int(body["remainingMinorUnits"]),
+            ceiling_tokens=body.get("ceilingTokens"),
+            spent_tokens=int(body.get("spentTokens", 0)),
+            allowed=bool(body["allowed"]),
+        )
+
+
+@dataclass(frozen=True)
+class BudgetCheck:
+    """The answer of `check_budget`: `allowed`, every ceiling narrowest first, the first one
+    the estimate trips, and, over an `ask` budget, the override approval asked for
+    (`approval_id`) or the approved one this check used up (`override_approval_id`)."""
+
+    allowed: bool
+    budgets: list[BudgetEntry]
+    tripped_budget: BudgetEntry | None
+    approval_id: str | None
+    override_approval_id: str | None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_wire(cls, body: dict) -> BudgetCheck:
+        tripped = body.get("trippedBudget")
+        return cls(
+            allowed=bool(body["allowed"]),
+            budgets=[BudgetEntry.from_wire(b) for b in body.get("budgets") or []],
+            tripped_budget=BudgetEntry.from_wire(tripped) if tripped else None,
+            approval_id=body.get("approvalId"),
+            override_approval_id=body.get("overrideApprovalId"),
+            raw=body,
+        )

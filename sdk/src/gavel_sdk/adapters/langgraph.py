@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gavel_sdk.adapters import require
-from gavel_sdk.session import DEFAULT_REJECTION, HeldCall, RunSession
+from gavel_sdk.session import DEFAULT_REJECTION, BudgetExceeded, Estimate, HeldCall, RunSession
 from gavel_sdk.types import Decision, Decisions, Usage
 
 _types = require("langgraph.types", "langgraph", "LangGraph (langgraph)")
@@ -220,7 +220,12 @@ class GavelLangGraph:
         rejection_message: str = DEFAULT_REJECTION,
         decision_timeout: float = 900.0,
         max_pauses: int = 50,
+        budget_estimate: Estimate | None = None,
+        budget_tokens: Estimate = 0,
     ):
+        """`budget_estimate` (opt-in): before each graph invocation the run's budgets are
+        checked for that much (RunSession.guard_budget); refused, the run is finished with
+        `usageDenied` and BudgetExceeded raised."""
         self.session = RunSession(
             client,
             run_id,
@@ -230,6 +235,8 @@ class GavelLangGraph:
             agent_version=agent_version,
             model=model,
             decision_timeout=decision_timeout,
+            budget_estimate=budget_estimate,
+            budget_tokens=budget_tokens,
         )
         self.reporter = _Reporter(self.session, model)
         self.messages_key = messages_key
@@ -244,6 +251,7 @@ class GavelLangGraph:
         session = self.session
         session.start()
         try:
+            session.before_step()
             out = graph.invoke(input, config, version="v2", **kwargs)
             for _ in range(self.max_pauses):
                 messages = self._messages(out.value)
@@ -251,10 +259,12 @@ class GavelLangGraph:
                 if not out.interrupts:
                     session.finish("done", result={"text": self._final_text(messages)})
                     return out
-                out = graph.invoke(
-                    self._resume(out.interrupts, messages), config, version="v2", **kwargs
-                )
+                resume = self._resume(out.interrupts, messages)
+                session.before_step()
+                out = graph.invoke(resume, config, version="v2", **kwargs)
             raise RuntimeError(f"the graph paused more than {self.max_pauses} times")
+        except BudgetExceeded:
+            raise  # the run is finished already, with usageDenied
         except Exception as exc:
             session.fail(exc)
             raise

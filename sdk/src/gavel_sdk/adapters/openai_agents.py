@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from gavel_sdk.adapters import require
-from gavel_sdk.session import DEFAULT_REJECTION, HeldCall, RunSession
+from gavel_sdk.session import DEFAULT_REJECTION, BudgetExceeded, Estimate, HeldCall, RunSession
 from gavel_sdk.types import Decision, Usage
 
 _agents = require("agents", "openai-agents", "the OpenAI Agents SDK (openai-agents)")
@@ -132,7 +132,12 @@ class GavelAgentsRun:
         on_edited_arguments: str = "reject",
         decision_timeout: float = 900.0,
         max_pauses: int = 50,
+        budget_estimate: Estimate | None = None,
+        budget_tokens: Estimate = 0,
     ):
+        """`budget_estimate` (opt-in): before each Runner invocation the run's budgets are
+        checked for that much (RunSession.guard_budget); refused, the run is finished with
+        `usageDenied` and BudgetExceeded raised."""
         if on_edited_arguments not in ("reject", "raise"):
             raise ValueError('on_edited_arguments must be "reject" or "raise"')
         self.client = client
@@ -148,13 +153,18 @@ class GavelAgentsRun:
         self.on_edited_arguments = on_edited_arguments
         self.decision_timeout = decision_timeout
         self.max_pauses = max_pauses
+        self.budget = {"budget_estimate": budget_estimate, "budget_tokens": budget_tokens}
         self.session: RunSession | None = None
 
     def run_sync(self, agent, input, **kwargs):
         """`Runner.run_sync(agent, input, **kwargs)`, resumed through Gavel until it is done."""
         admission = {**self.admission, "agent_id": self.admission["agent_id"] or agent.name}
         session = RunSession(
-            self.client, self.run_id, decision_timeout=self.decision_timeout, **admission
+            self.client,
+            self.run_id,
+            decision_timeout=self.decision_timeout,
+            **admission,
+            **self.budget,
         )
         self.session = session
         session.start()
@@ -164,6 +174,7 @@ class GavelAgentsRun:
                 session.events.step_started(agent_id=agent.name)
                 session.events.message("user", input)
                 session.events.step -= 1  # the model's first response opens step 1 again
+            session.before_step()
             result = Runner.run_sync(agent, input, **kwargs)
             for _ in range(self.max_pauses):
                 reporter.report(result)
@@ -174,8 +185,11 @@ class GavelAgentsRun:
                 decisions = session.hold([self._held(i) for i in result.interruptions])
                 for item in result.interruptions:
                     self._apply(state, item, decisions[item.call_id])
+                session.before_step()
                 result = Runner.run_sync(agent, state, **kwargs)
             raise RuntimeError(f"the run paused more than {self.max_pauses} times")
+        except BudgetExceeded:
+            raise  # the run is finished already, with usageDenied
         except Exception as exc:
             session.fail(exc)
             raise

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gavel_sdk.adapters import require
-from gavel_sdk.session import DEFAULT_REJECTION, HeldCall, RunSession
+from gavel_sdk.session import DEFAULT_REJECTION, BudgetExceeded, Estimate, HeldCall, RunSession
 from gavel_sdk.types import Decision, Usage
 
 _pai = require("pydantic_ai", "pydantic-ai", "pydantic-ai (pydantic-ai-slim)")
@@ -165,7 +165,12 @@ class GavelPydanticAI:
         cost: Callable[[Any], int] = _no_cost,
         decision_timeout: float = 900.0,
         max_pauses: int = 50,
+        budget_estimate: Estimate | None = None,
+        budget_tokens: Estimate = 0,
     ):
+        """`budget_estimate` (opt-in): before each model invocation the run's budgets are
+        checked for that much (RunSession.guard_budget); refused, the run is finished with
+        `usageDenied` and BudgetExceeded raised."""
         self.session = RunSession(
             client,
             run_id,
@@ -174,6 +179,8 @@ class GavelPydanticAI:
             conversation_id=conversation_id,
             agent_version=agent_version,
             decision_timeout=decision_timeout,
+            budget_estimate=budget_estimate,
+            budget_tokens=budget_tokens,
         )
         self.reason = reason
         self.rejection_message = rejection_message
@@ -185,6 +192,7 @@ class GavelPydanticAI:
         session = self.session
         session.start()
         try:
+            session.before_step()
             result = agent.run_sync(user_prompt, **kwargs)
             for _ in range(self.max_pauses):
                 self._report(result)
@@ -197,12 +205,15 @@ class GavelPydanticAI:
                 )
                 decisions = session.hold(calls)
                 kwargs.pop("message_history", None)
+                session.before_step()
                 result = agent.run_sync(
                     message_history=result.all_messages(),
                     deferred_tool_results=deferred_results(requests, decisions),
                     **kwargs,
                 )
             raise RuntimeError(f"the run paused more than {self.max_pauses} times")
+        except BudgetExceeded:
+            raise  # the run is finished already, with usageDenied
         except Exception as exc:
             if not isinstance(exc, KeyboardInterrupt):
                 session.fail(exc)
