@@ -446,3 +446,18 @@ def test_concurrent_checks_use_a_grant_once(tenant_a, request):
     # The three others asked anew: one new override, pending, answered to all three.
     asked = {a["approvalId"] for a in answers if not a["allowed"]}
     assert len(asked) == 1 and approval_id not in asked
+
+
+def test_no_lasting_rule_decides_an_override(ingest_a, tenant_a, lead_a, over):
+    from approvals.services.rules import rule_create
+
+    for effect in ("approve", "deny"):
+        rule_create(
+            tenant=tenant_a,
+            fields={"name": f"everything: {effect}", "effect": effect, "tool_pattern": "*"},
+            principal=lead_a,
+        )
+    answer = check(ingest_a, cost=200)
+    approval = Approval.objects.get(public_id=answer["approvalId"])
+    assert approval.status == "pending" and approval.decided_by_rule is None
+    assert answer["allowed"] is False
