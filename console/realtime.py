@@ -48,6 +48,10 @@ def runlist_group(tenant_id: int) -> str:
     return f"runs.{tenant_id}"
 
 
+def budgets_group(tenant_id: int) -> str:
+    return f"budgets.{tenant_id}"
+
+
 def user_group(user_id: int) -> str:
     """Every socket of one signed-in user (sign-out and deactivation close them)."""
     return f"user.{user_id}"
@@ -176,6 +180,17 @@ def notifications_changed(*, principals) -> None:
             continue
         message = {"type": "notifications.updated", "principal": principal.pk}
         publish_on_commit([user_group(principal.user_id)], message)
+
+
+def budgets_changed(*, run, days) -> None:
+    """Usage was added to the tenant's rollups (one ingest unit that carried usage): the
+    budgets pages re-read their spend. `days`: the tenant-local days it counted on."""
+    message = {
+        "type": "budgets.changed",
+        "tenant": run.tenant_id,
+        "days": sorted(day.isoformat() for day in days),
+    }
+    publish_on_commit([budgets_group(run.tenant_id)], message)
 
 
 def _loaded(instance, relation: str) -> bool:

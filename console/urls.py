@@ -14,9 +14,9 @@ urlpatterns = [
     path("accounts/tenant/", accounts.switch_tenant, name="switch_tenant"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", views.home, name="home"),
-    path("budgets/", views.budgets, name="budgets"),
     path("manage/", views.manage, name="manage"),
     path("", include("runs.urls")),
     path("", include("approvals.urls")),
     path("", include("notifications.urls")),
+    path("", include("budgets.urls")),
 ]

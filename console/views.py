@@ -69,17 +69,6 @@ def _placeholder(request, *, capability: str, nav: str, title: str, what: str):
 
 
 @viewer_view
-def budgets(request):
-    return _placeholder(
-        request,
-        capability="view_budgets",
-        nav="budgets",
-        title="Budgets",
-        what="Budgets per tenant, team, principal or agent, with burn charts",
-    )
-
-
-@viewer_view
 def manage(request):
     return _placeholder(
         request,

@@ -185,6 +185,7 @@ class RunWrites:
         _usage_daily_add(tenant_id=run.tenant_id, rows=self.usage)
         if self.usage:  # thresholds this usage reaches: alerts in this transaction
             budgets_usage_recorded(run=run, days={k[0] for k, d in self.usage.items() if d[2] > 0})
+            realtime.budgets_changed(run=run, days={key[0] for key in self.usage})
         if self.dirty:
             run.updated_at = timezone.now()
             run.save(update_fields=sorted(self.dirty | {"updated_at"}))
