@@ -144,7 +144,7 @@ class BudgetForm(forms.Form):
 
     # --- the services' side ---
 
-    def fields(self) -> dict:
+    def service_fields(self) -> dict:
         """What the budget services take (snake_case), from the validated body: every field
         (an edit sets them all; budget_update writes and audits only what changed)."""
         return self.payload.model_dump()

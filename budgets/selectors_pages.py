@@ -64,6 +64,11 @@ class UsageRange:
     today: date
 
     @property
+    def label(self) -> str:
+        first, last = self.date_from, self.date_to
+        return f"{charts.day_label(first, 'MMM d, y')} – {charts.day_label(last, 'MMM d, y')}"
+
+    @property
     def query(self) -> str:
         return f"from={self.date_from.isoformat()}&to={self.date_to.isoformat()}"
 
@@ -100,9 +105,7 @@ def usage_range(*, viewer, raw_from: str | None, raw_to: str | None, now=None) -
 def usage_range_context(*, viewer, usage: UsageRange) -> dict:
     """The range picker (not swapped: changing the range is a GET of the page)."""
     tz = viewer.tenant.time_zone
-    first, last = usage.date_from, usage.date_to
-    label = f"{charts.day_label(first, 'MMM d, y')} – {charts.day_label(last, 'MMM d, y')}"
-    return {"range": usage, "presets": usage.presets(), "range_label": label, "time_zone": tz}
+    return {"range": usage, "presets": usage.presets(), "range_label": usage.label, "time_zone": tz}
 
 
 # --- usage breakdowns ---
@@ -196,7 +199,7 @@ def usage_breakdown_context(*, viewer, dimension: str, usage: UsageRange) -> dic
                 labels=labels, values=values, currency=currency, horizontal=dimension != "day"
             ),
             "csv_href": f"/budgets/usage.csv?{usage.query}&groupBy={dimension}",
-            "range_query": usage.query,
+            "range_label": usage.label,
         }
     }
 
