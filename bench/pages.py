@@ -1,5 +1,12 @@
-"""Run list pages at volume: /runs/ (first page, a filtered page, an older page) with 100,000
-runs and ~1,000,000 events on PostgreSQL, against the raw SQL of the same keyset query.
+"""Pages at volume on PostgreSQL.
+
+1. Run list pages: /runs/ (first page, a filtered page, an older page) with 100,000 runs and
+   ~1,000,000 events, against the raw SQL of the same keyset query.
+2. Budgets: /budgets/ and GET /api/v1/usage?groupBy=day,principal over 90 days of usage, for a
+   tenant with 1,000,000 steps of usage against one with 10,000 (the rollup rows that ingesting
+   that many steps produces, written in bulk by `manage.py seed_usage`): each page's server time
+   and the ratio between the two volumes (targets: <= 150 ms each at 1,000,000 steps, ratio <=
+   1.5).
 
 Server time is measured in-process through Django's full stack (middleware, session, auth,
 access checks, the selectors, template rendering), DEBUG off. The baseline, in the same run and
@@ -8,11 +15,13 @@ psycopg connection: the floor a page cannot beat. Each figure is the median of R
 
 The data is seeded once (`manage.py seed_demo`) into a dedicated database and reused:
 BENCH_PAGES_DB (default gavel_bench_pages) on the server of DATABASE_URL.
-Knobs (env): BENCH_PAGES_RUNS (100000), BENCH_PAGES_ROUNDS (25).
+Knobs (env): BENCH_PAGES_RUNS (100000), BENCH_PAGES_ROUNDS (25), BENCH_PAGES_ONLY (runs or
+budgets: one part only), BENCH_USAGE_PRINCIPALS (24: principals of the usage tenants).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -24,6 +33,11 @@ from bench import _support
 TENANT = "bench-pages"
 VIEWER = "bench-viewer@example.com"
 TARGET_MS = 100.0
+USAGE_TENANTS = (
+    ("10,000", "bench-usage-10k", 10_000),
+    ("1,000,000", "bench-usage-1m", 1_000_000),
+)
+BUDGETS_TARGET_MS, BUDGETS_TARGET_RATIO = 150.0, 1.5
 
 
 def _bench_db_url() -> str:
@@ -133,6 +147,14 @@ def measure() -> None:
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     django.setup()
+    only = os.environ.get("BENCH_PAGES_ONLY", "")
+    if only in ("", "runs"):
+        measure_runs()
+    if only in ("", "budgets"):
+        measure_budgets()
+
+
+def measure_runs() -> None:
     from django.conf import settings
 
     from runs.models import Run, RunEvent
@@ -169,6 +191,116 @@ def measure() -> None:
         f"(median of {rounds}; CPU ms = this process's CPU time per request, which contention "
         "on a shared machine does not inflate)"
     )
+
+
+# --- budgets ---
+
+
+def _usage_tenant(slug: str, steps: int):
+    """The tenant with `steps` steps of usage over the 90 days to today (seeded once a day),
+    its budgets, and a lead with a manage key. Returns (browser client, API headers, rows)."""
+    from django.core.management import call_command
+    from django.db.models import Max, Sum
+    from django.test import Client
+
+    from budgets import rules
+    from budgets.services import budget_ensure
+    from console.models import Tenant
+    from console.services import api_key_create, principal_create
+    from runs.models import UsageDaily
+
+    tenant = Tenant.objects.filter(slug=slug).first()
+    held = UsageDaily.objects.filter(tenant=tenant).aggregate(n=Sum("steps"), last=Max("day"))
+    today = rules.local_today(timezone_now(), rules.zone(tenant.time_zone)) if tenant else None
+    if tenant is None or held["n"] != steps or held["last"] != today:
+        print(f"seeding {steps} steps of usage into '{slug}' (once a day; reused)", flush=True)
+        principals = int(os.environ.get("BENCH_USAGE_PRINCIPALS", "24"))
+        call_command("seed_usage", tenant=slug, steps=steps, days=90, principals=principals,
+                     seed=11, time_zone="Europe/Berlin", stdout=io.StringIO())  # fmt: skip
+        tenant = Tenant.objects.get(slug=slug)
+        today = rules.local_today(timezone_now(), rules.zone(tenant.time_zone))
+    lead, _ = principal_create(tenant=tenant, external_id=f"lead@{slug}.example", roles=["lead"],
+                               password="bench-pass-123", teams=["support"])  # fmt: skip
+    for name, scope, period, ceiling in (
+        ("Tenant, monthly", {"type": "tenant", "id": None}, "month", 5_000_000),
+        ("Support, weekly", {"type": "team", "id": "support"}, "week", 500_000),
+        ("Alice, daily", {"type": "principal", "id": "alice@example.com"}, "day", 20_000),
+        ("Research, monthly", {"type": "agent", "id": "research-agent"}, "month", 800_000),
+    ):
+        budget_ensure(tenant=tenant, fields={"name": name, "scope": scope, "period": period,
+                                             "ceiling_minor_units": ceiling})  # fmt: skip
+    _key, secret = api_key_create(tenant=tenant, name="bench manage", scopes=["manage"],
+                                  principal=lead)  # fmt: skip
+    client = Client()
+    client.force_login(lead.user)
+    rows = UsageDaily.objects.filter(tenant=tenant).count()
+    return client, {"Authorization": f"Bearer {secret}"}, rows, today
+
+
+def timezone_now():
+    from django.utils import timezone
+
+    return timezone.now()
+
+
+def _time_get(client, path: str, rounds: int, headers=None) -> tuple[float, float, int, float]:
+    """(median ms, median CPU ms, queries, the slowest query's ms) of GET path."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    assert client.get(path, headers=headers).status_code == 200, path  # warm
+    walls, cpus = [], []
+    for _ in range(rounds):
+        started, cpu = time.perf_counter(), time.process_time()
+        response = client.get(path, headers=headers)
+        walls.append((time.perf_counter() - started) * 1000)
+        cpus.append((time.process_time() - cpu) * 1000)
+        assert response.status_code == 200, (path, response.status_code)
+    with CaptureQueriesContext(connection) as ctx:
+        client.get(path, headers=headers)
+    slowest = max(float(q["time"]) for q in ctx.captured_queries) * 1000
+    med = _support.median
+    return med(walls), med(cpus), len(ctx.captured_queries), slowest
+
+
+def measure_budgets() -> None:
+    from datetime import timedelta
+
+    rounds = int(os.environ.get("BENCH_PAGES_ROUNDS", "25"))
+    figures: dict = {}
+    rows = {}
+    for label, slug, steps in USAGE_TENANTS:
+        client, headers, rows[label], today = _usage_tenant(slug, steps)
+        span = f"from={today - timedelta(days=89)}&to={today}"
+        pages = {  # as given (the default range: this month to today), then all 90 days
+            "/budgets/": ("/budgets/", None),
+            "GET /usage?groupBy=day,principal": ("/api/v1/usage?groupBy=day,principal", headers),
+            "/budgets/ (last 90 days)": (f"/budgets/?{span}", None),
+            "GET /usage?groupBy=day,principal (90 days)": (
+                f"/api/v1/usage?groupBy=day,principal&{span}",
+                headers,
+            ),
+        }
+        for page, (path, auth) in pages.items():
+            figures[(page, label)] = _time_get(client, path, rounds, headers=auth)
+    small, large = (label for label, _slug, _steps in USAGE_TENANTS)
+    print(f"\nbudgets: usage over 90 days (Europe/Berlin), median of {rounds}, server time "
+          f"in-process, DEBUG off; rollup rows: {rows[small]} ({small}), {rows[large]} "
+          f"({large} steps)")  # fmt: skip
+    print(f"{'page':44} {'10k ms':>8} {'1M ms':>8} {'ratio':>6} {'1M CPU':>7} {'queries':>7} "
+          f"{'1M slowest q':>12}")  # fmt: skip
+    verdicts = []
+    for page in dict.fromkeys(page for page, _label in figures):
+        a, b = figures[(page, small)], figures[(page, large)]
+        ratio = b[0] / a[0]
+        verdicts.append(b[0] <= BUDGETS_TARGET_MS and ratio <= BUDGETS_TARGET_RATIO)
+        print(f"{page:44} {a[0]:8.1f} {b[0]:8.1f} {ratio:6.2f} {b[1]:7.1f} {b[2]:7d} "
+              f"{b[3]:10.1f}ms", flush=True)  # fmt: skip
+    verdict = "meets" if all(verdicts) else "MISSES"
+    print(f"{verdict} the targets: <= {BUDGETS_TARGET_MS:.0f} ms each at 1,000,000 steps, "
+          f"ratio <= {BUDGETS_TARGET_RATIO} (load average {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} CPUs; CPU ms is this process's, which contention does not "
+          "inflate)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -16,9 +16,11 @@ DETAIL_PARTS = ("card", "budget-alerts", "budget-overrides")
 
 
 def _usage_html(*, viewer, usage: pages.UsageRange) -> list[str]:
-    html = [oob(f"{INDEX}#usage-summary", pages.usage_summary_context(viewer=viewer, usage=usage))]
+    html = []
     for dimension in pages.DIMENSIONS:
         context = pages.usage_breakdown_context(viewer=viewer, dimension=dimension, usage=usage)
+        if dimension == "day":  # the range's totals come from the day's report
+            html.append(oob(f"{INDEX}#usage-summary", context))
         html.append(oob(f"{INDEX}#usage-breakdown", context))
     return html
 

@@ -158,7 +158,8 @@ def _bar_series(rows: list[dict]) -> tuple[list[str], list[int]]:
 def usage_breakdown_context(*, viewer, dimension: str, usage: UsageRange) -> dict:
     """`budgets/index.html#usage-breakdown` (id `usage-<dimension>`): the spend of the range by
     one dimension, from `usage_report` (the rows GET /usage?groupBy=<dimension> answers): a bar
-    chart, the same numbers as a table, and the CSV of those rows."""
+    chart, the same numbers as a table, and the CSV of those rows. The day's also builds
+    `budgets/index.html#usage-summary` (the range's totals: its report's `totals`)."""
     if dimension not in DIMENSIONS:
         raise ValueError(f"unknown dimension {dimension!r}")
     report = selectors.usage_report(
@@ -176,6 +177,7 @@ def usage_breakdown_context(*, viewer, dimension: str, usage: UsageRange) -> dic
     else:
         labels, values = _bar_series(rows)
     totals = report["totals"]
+    days = (usage.date_to - usage.date_from).days + 1
     return {
         "breakdown": {
             "dimension": dimension,
@@ -192,7 +194,9 @@ def usage_breakdown_context(*, viewer, dimension: str, usage: UsageRange) -> dic
                 "input_tokens": _count(totals["input_tokens"]),
                 "output_tokens": _count(totals["output_tokens"]),
                 "steps": _count(totals["steps"]),
+                "per_day": money(totals["cost_minor_units"] // days, currency),
             },
+            "days": days,
             "overlaps": dimension == "team",  # a principal in two teams counts for both
             "chart_data_id": f"usage-{dimension}-data",
             "chart": charts.bar_chart(
@@ -200,27 +204,6 @@ def usage_breakdown_context(*, viewer, dimension: str, usage: UsageRange) -> dic
             ),
             "csv_href": f"/budgets/usage.csv?{usage.query}&groupBy={dimension}",
             "range_label": usage.label,
-        }
-    }
-
-
-def usage_summary_context(*, viewer, usage: UsageRange) -> dict:
-    """`budgets/index.html#usage-summary`: the range's totals (GET /usage's `totals`)."""
-    report = selectors.usage_report(
-        viewer=viewer, date_from=usage.date_from, date_to=usage.date_to, group_by=[]
-    )
-    totals, currency = report["totals"], report["currency"]
-    days = (usage.date_to - usage.date_from).days + 1
-    return {
-        "summary": {
-            "cost": money(totals["cost_minor_units"], currency),
-            "cost_minor_units": totals["cost_minor_units"],
-            "per_day": money(totals["cost_minor_units"] // days, currency),
-            "input_tokens": _count(totals["input_tokens"]),
-            "output_tokens": _count(totals["output_tokens"]),
-            "steps": _count(totals["steps"]),
-            "days": days,
-            "currency": currency,
         }
     }
 
@@ -454,7 +437,6 @@ def budgets_page_context(*, viewer, usage: UsageRange | None, now=None) -> dict:
     context = budget_list_context(viewer=viewer, now=now)
     if usage is not None:
         context.update(usage_range_context(viewer=viewer, usage=usage))
-        context.update(usage_summary_context(viewer=viewer, usage=usage))
         context["breakdowns"] = [
             usage_breakdown_context(viewer=viewer, dimension=d, usage=usage)["breakdown"]
             for d in DIMENSIONS
@@ -480,7 +462,7 @@ def budget_page_context(*, viewer, budget_id: str, now=None) -> dict:
     context = {
         "budget": budget,
         **{
-            f"{name}_label": charts.moment_label(at, tz, "MMM d, y, HH:mm zzz") if at else None
+            f"{name}_label": charts.moment_label(at, tz, "MMM d, y, HH:mm ZZZZ") if at else None
             for name, at in moments.items()
         },
         **budget_card_context(viewer=viewer, budget=budget, now=now),

@@ -69,8 +69,8 @@ def index_partial(request, name: str):
     usage, error = _range(request)
     if error is not None:
         raise error
-    if name == "usage-summary":
-        context = pages.usage_summary_context(viewer=viewer, usage=usage)
+    if name == "usage-summary":  # the range's totals: the day breakdown's report
+        context = pages.usage_breakdown_context(viewer=viewer, dimension="day", usage=usage)
         return render(request, f"{INDEX}#usage-summary", context)
     dimension = name.removeprefix("usage-")
     if name.startswith("usage-") and dimension in pages.DIMENSIONS:

@@ -97,7 +97,11 @@
               color: MUTED, autoSkip: false, maxRotation: 0,
               callback: function (value) { return xLabels[value] || ""; },
             },
-            grid: { color: LINE },
+            grid: {
+              color: function (context) { // a light line for each day, a clear one per label
+                return context.tick && xLabels[context.tick.value] ? LINE : "#f3f4f6";
+              },
+            },
             border: { display: false },
           },
           y: valueAxis(data.y.ticks),
@@ -106,8 +110,8 @@
         plugins: {
           legend: {
             align: "end",
-            labels: {
-              color: INK, usePointStyle: true, pointStyle: "line", boxWidth: 24,
+            labels: { // a short stroke per line, dashed or dotted as the line is
+              color: INK, boxWidth: 26, boxHeight: 0,
               filter: function (item, chart) { return !chart.datasets[item.datasetIndex].hideInLegend; },
             },
           },

@@ -16,7 +16,7 @@ import random
 from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from budgets import rules
@@ -144,6 +144,9 @@ class Command(BaseCommand):
                 ),
                 batch_size=CHUNK,
             )
+        if connection.vendor == "postgresql":  # fresh statistics after a bulk load, as
+            with connection.cursor() as cursor:  # autovacuum would take a while to gather
+                cursor.execute(f"ANALYZE {connection.ops.quote_name(UsageDaily._meta.db_table)}")
         self.stdout.write(
             f"tenant '{tenant.slug}': {steps} steps of usage over {day_count} days "
             f"({days[0]}..{days[-1]}, {tenant.time_zone}) in {len(items)} rollup rows"
