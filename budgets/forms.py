@@ -71,6 +71,7 @@ class BudgetForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.currency = currency
         self.payload = None
+        self.sent: dict = {}
 
     # --- form text -> the API body ---
 
@@ -126,20 +127,27 @@ class BudgetForm(forms.Form):
 
     def clean(self):
         data = super().clean()
-        body = self.body()
-        if self.errors:
-            return data
+        self.sent = body = self.body()
+        unreadable = set(self.errors)  # what could not become part of the body
         try:
-            self.payload = schemas.BudgetIn.model_validate(body)
+            payload = schemas.BudgetIn.model_validate(body)
         except ValidationError as error:
             for problem in error.errors():
-                self._api_error(problem.get("loc", ()), problem.get("msg", "invalid"))
+                self._api_error(problem.get("loc", ()), problem.get("msg", "invalid"), unreadable)
+            return data
+        if not unreadable:
+            self.payload = payload
         return data
 
-    def _api_error(self, path, message: str) -> None:
+    def _api_error(self, path, message: str, unreadable: set) -> None:
         field = _field(path)
+        if field in unreadable:  # already named: it could not be read at all
+            return
         if field == "ceiling" and "greater than or equal to 1" in message:
             message = f"must be at least {money(1, self.currency)}"
+        parts = list(path)
+        if len(parts) == 2 and isinstance(parts[1], int) and parts[0] in ("thresholds", "leads"):
+            message = f"'{self.sent[parts[0]][parts[1]]}': {message}"  # which entry of the list
         self.add_error(field, message)
 
     # --- the services' side ---

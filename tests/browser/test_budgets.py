@@ -39,6 +39,7 @@ class BudgetsConsole(LiveConsole):
     def provision(self) -> None:
         env = self.env
         manage(env, "migrate", "--verbosity", "0")
+        manage(env, "create_tenant", TENANT, "--name", "Acme Support")
         manage(env, "seed_usage", "--tenant", TENANT, "--steps", "30000", "--days", "90",
                "--time-zone", "Europe/Berlin")  # fmt: skip
         manage(env, "create_principal", "--tenant", TENANT, LEAD, "--name", "Lena Okafor",

@@ -9,7 +9,7 @@ import re
 from datetime import date, timedelta
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.db.models import Sum
 from django.test import Client
@@ -489,3 +489,15 @@ def test_seed_usage_writes_the_rollups_of_n_steps(db):
         "seed_usage", tenant="seeded", steps=50, days=10, principals=4, stdout=io.StringIO()
     )
     assert rows.aggregate(n=Sum("steps"))["n"] == 50  # replaced, not added
+
+
+def test_seed_usage_refuses_bad_input_and_writes_nothing(db):
+    for options in (
+        {"steps": 0},
+        {"days": 400},
+        {"time_zone": "Mars/Base"},
+        {"currency": "XXQ"},
+    ):
+        with pytest.raises(CommandError):
+            call_command("seed_usage", tenant="seeded", **{"steps": 10, **options})
+    assert not Tenant.objects.filter(slug="seeded").exists()

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
+from zoneinfo import available_timezones
 
+from babel.numbers import is_currency
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 from django.utils import timezone
@@ -99,25 +101,25 @@ class Command(BaseCommand):
         parser.add_argument("--days", type=int, default=90)
         parser.add_argument("--principals", type=int, default=24)
         parser.add_argument("--seed", type=int, default=13)
-        parser.add_argument("--time-zone", help="the tenant's IANA zone (new tenants)")
-        parser.add_argument("--currency", help="the tenant's ISO 4217 currency (new tenants)")
+        parser.add_argument("--time-zone", help="set the tenant's IANA zone first")
+        parser.add_argument("--currency", help="set the tenant's ISO 4217 currency first")
 
     def handle(self, *args, **options):
         steps, day_count = options["steps"], options["days"]
         if steps < 1 or not 1 <= day_count <= 366 or options["principals"] < 1:
             raise CommandError("--steps and --principals must be >= 1, --days 1..366")
+        if options["time_zone"] and options["time_zone"] not in available_timezones():
+            raise CommandError(f"--time-zone: '{options['time_zone']}' is not an IANA zone")
+        if options["currency"] and not is_currency(options["currency"]):
+            raise CommandError(f"--currency: '{options['currency']}' is not an ISO 4217 code")
         rng = random.Random(options["seed"])
         tenant = Tenant.objects.filter(slug=options["tenant"]).first()
         if tenant is None:
             tenant, _ = tenant_create(slug=options["tenant"])
-            changes = {
-                field: options[option]
-                for field, option in (("time_zone", "time_zone"), ("currency", "currency"))
-                if options[option]
-            }
-            if changes:
-                Tenant.objects.filter(pk=tenant.pk).update(**changes)
-                tenant.refresh_from_db()
+        changes = {name: options[name] for name in ("time_zone", "currency") if options[name]}
+        if changes:  # demo data: set as given (the management API validates real changes)
+            Tenant.objects.filter(pk=tenant.pk).update(**changes)
+            tenant.refresh_from_db()
         today = rules.local_today(timezone.now(), rules.zone(tenant.time_zone))
         days = [today - timedelta(days=n) for n in range(day_count - 1, -1, -1)]
         with transaction.atomic():
