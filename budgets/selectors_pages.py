@@ -357,9 +357,7 @@ def budget_list_context(*, viewer, now=None) -> dict:
     """`budgets/index.html#budget-list` (id `budget-list`): every active budget of the tenant
     with its burn chart for the current period, oldest first."""
     qs = access.budgets_visible_to(viewer=viewer)
-    budgets = list(
-        qs.select_related(*spend.LIST_RELATED).prefetch_related("leads").order_by("pk")
-    )
+    budgets = list(qs.select_related(*spend.LIST_RELATED).prefetch_related("leads").order_by("pk"))
     return {"cards": _cards(budgets, now=now)}
 
 

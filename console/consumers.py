@@ -41,7 +41,13 @@ CLOSE_NOT_FOUND = 4404  # another tenant's object, or none
 RECHECK_SECONDS = float(os.environ.get("GAVEL_WS_RECHECK_SECONDS", "10"))
 RENDER_TTL = 10.0  # seconds a render stays shared between the sockets of one process
 LAYER_EVENTS = frozenset(
-    {"run.updated", "approvals.updated", "budgets.changed", "sockets.close", "notifications.updated"}
+    {
+        "run.updated",
+        "approvals.updated",
+        "budgets.changed",
+        "sockets.close",
+        "notifications.updated",
+    }
 )
 
 
