@@ -8,6 +8,7 @@ from unittest import mock
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -22,6 +23,19 @@ from tests.factories import PrincipalFactory, make_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 RUN = "run_spend_1"
+
+
+@pytest.fixture(autouse=True)
+def _a_fresh_pool():
+    """Each test starts and ends with a fresh connection pool: pooled connections that the
+    worker threads of earlier tests' event loops never gave back (tests/conftest.py says why)
+    count against the pool's maximum, and after a few files of socket tests the pool is empty
+    and a socket's first read waits out its timeout."""
+    if connection.vendor == "postgresql":
+        connection.close_pool()
+    yield
+    if connection.vendor == "postgresql":
+        connection.close_pool()
 
 
 def _setup(tenant, lead):
