@@ -8,6 +8,9 @@ that does not resolve is a 422 naming the field.
 
 from __future__ import annotations
 
+import json
+
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
@@ -17,6 +20,7 @@ from console import access
 from console.errors import Conflict, Invalid
 from console.models import ApiKey, Principal, Team
 from console.services import _get_or_create, audit
+from notifications.services import notify
 from runs.models import Agent
 
 FIELDS = (
@@ -283,9 +287,43 @@ def _alerts_insert(rows: list[tuple]) -> list[BudgetAlert]:
     )
 
 
+def _alert_recipients(budget: Budget) -> list[Principal]:
+    """The budget's leads; with none, every active principal holding manage_budgets."""
+    leads = list(budget.leads.filter(is_active=True))
+    if leads:
+        return leads
+    holders = Principal.objects.filter(tenant_id=budget.tenant_id, is_active=True)
+    return [p for p in holders.prefetch_related("roles") if access.can(p, "manage_budgets")]
+
+
 def _alert_deliver(alert: BudgetAlert) -> None:
     """THE single place where a new alert leaves for the people it concerns: called once per
-    alert, inside the ingest transaction that wrote it (so what it writes commits, or rolls
-    back, with the usage). For now it does nothing: the in-console notifications, the email
-    to each lead and the `budget.threshold_crossed` webhook deliveries are wired here at the
-    merge with the notifications work (rows written here, sent after commit)."""
+    alert, inside the ingest transaction that wrote it, so the notification, the mail to each
+    lead with an address and the `budget.threshold_crossed` webhook deliveries commit (or roll
+    back) with the usage, and are sent after commit (notifications.services.notify)."""
+    budget = alert.budget
+    current = spend.budget_current(budget=budget)
+    resource = {
+        "id": budget.public_id,
+        **budget_snapshot(budget),
+        "current": json.loads(
+            json.dumps(spend.budget_current(budget=budget), cls=DjangoJSONEncoder)
+        ),
+    }
+    notify(
+        tenant=budget.tenant,
+        kind="budget.threshold_crossed",
+        recipients=_alert_recipients(budget),
+        title=f"{budget.name}: {alert.threshold}% of the ceiling reached",
+        body=(
+            f"Spend this period is {alert.spent_minor_units} minor units of "
+            f"{budget.ceiling_minor_units} ({alert.threshold}% threshold)."
+        ),
+        url=f"/budgets/{budget.public_id}/",
+        webhook_event="budget.threshold_crossed",
+        webhook_payload={
+            "budget": resource,
+            "threshold": alert.threshold,
+            "spentMinorUnits": alert.spent_minor_units,
+        },
+    )

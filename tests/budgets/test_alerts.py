@@ -230,3 +230,32 @@ def test_concurrent_crossings_from_four_runtimes_fire_once(tenant_a, request, mo
         # Each alert records the spend that reached it, as the crossing batch read it.
         assert [spent for _, spent in alerts(b)] == [60, 120], round_
     assert len(seen) == len(set(seen)) == 2 * rounds  # none delivered twice
+
+
+def test_a_crossing_notifies_the_leads_mails_them_and_queues_a_signed_webhook(
+    ingest_a, tenant_a, settings
+):
+    from approvals.models import Webhook, WebhookDelivery
+    from notifications.models import Notification, OutboundEmail
+
+    settings.GAVEL_WEBHOOK_ALLOW_HTTP = True
+    lena = PrincipalFactory(tenant=tenant_a, external_id="lena", email="lena@a.example")
+    Webhook.objects.create(
+        tenant=tenant_a,
+        url="http://127.0.0.1:9/hook",
+        secret="s",
+        events=["budget.threshold_crossed"],
+    )
+    b = budget(tenant_a, leads=["lena"])
+    admit(ingest_a, "r1")
+    spend(ingest_a, "r1", usage=(1, 1, 85))
+    note = Notification.objects.get(principal=lena)
+    assert note.kind == "budget.threshold_crossed" and "80%" in note.title
+    assert note.url.endswith(f"/budgets/{b.public_id}/")
+    assert OutboundEmail.objects.filter(to="lena@a.example").count() == 1
+    delivery = WebhookDelivery.objects.get(event="budget.threshold_crossed")
+    assert delivery.payload["threshold"] == 80
+    assert delivery.payload["spentMinorUnits"] == 85
+    assert delivery.payload["budget"]["id"] == b.public_id
+    spend(ingest_a, "r1", usage=(1, 1, 1))
+    assert Notification.objects.filter(principal=lena).count() == 1
