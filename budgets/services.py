@@ -306,9 +306,7 @@ def _alert_deliver(alert: BudgetAlert) -> None:
     resource = {
         "id": budget.public_id,
         **budget_snapshot(budget),
-        "current": json.loads(
-            json.dumps(spend.budget_current(budget=budget), cls=DjangoJSONEncoder)
-        ),
+        "current": json.loads(json.dumps(current, cls=DjangoJSONEncoder)),  # times as ISO
     }
     notify(
         tenant=budget.tenant,
