@@ -47,7 +47,7 @@ class Rule(models.Model):
     """A lasting decision: calls it matches are decided the moment they are requested.
 
     Never deleted: deactivating keeps it (and the decisions it made) listed. Matching is
-    approvals/rules.py's (pure); the writes are approvals/services/rules.py's."""
+    approvals/rules/'s (pure); the writes are approvals/services/rules.py's."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="rules")
     public_id = models.CharField(max_length=32, unique=True, default=new_rule_id)
@@ -80,7 +80,7 @@ class Rule(models.Model):
         return self.public_id
 
     def spec(self) -> RuleSpec:
-        """What matching needs (approvals/rules.py); select_related `created_by` for lists."""
+        """What matching needs (approvals/rules/); select_related `created_by` for lists."""
         return RuleSpec(
             id=self.public_id,
             effect=self.effect,

@@ -1,6 +1,6 @@
 """Rules on the wire (contract v1.1, "Rules: lasting decisions"): the rule resource, bodies to
 create, change, explain and preview, suggestions. Conditions and examples are checked by
-approvals/rules.py (pure), so a 422 names the condition (`conditions.3.op`) or the example
+approvals/rules/ (pure), so a 422 names the condition (`conditions.3.op`) or the example
 (`examples.match.0`) whichever way a rule is saved (API or console)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Lasting decision rules, the writes: saving rules (audited, versioned) and deciding calls by
 them the moment they are requested.
 
-Each process keeps every tenant's active rules compiled (approvals/rules.py) together with the
+Each process keeps every tenant's active rules compiled (approvals/rules/) together with the
 tenant's rules version (`RuleVersion`), which every rule write bumps in its own transaction. A
 batch reads that version once, whatever the number of rules or calls (on the events path it
 comes with the run's locking query itself; elsewhere it is one small query); only when it moved
