@@ -47,6 +47,25 @@ def _scope_sql(budget, t: dict) -> tuple[str, list]:
     return "1 = 1", []
 
 
+def _window_sums(windows: list[tuple], t: dict, *, otherwise: str) -> tuple[str, list]:
+    """Two sums per window (cost, tokens) of the rollup rows inside its days and scope, as a
+    select list and its parameters; `otherwise` is what a row outside adds (" ELSE 0", or
+    "" for NULL)."""
+    sums, params = [], []
+    for _key, budget, first, end in windows:
+        scope, scope_params = _scope_sql(budget, t)
+        case = f"CASE WHEN day >= %s AND day < %s AND {scope} THEN {{}}{otherwise} END"
+        sums.append(f"SUM({case.format('cost_minor_units')})")
+        sums.append(f"SUM({case.format('input_tokens + output_tokens')})")
+        params += [first, end, *scope_params] * 2
+    return ", ".join(sums), params
+
+
+def _window_bounds(tenant_id: int, windows: list[tuple]) -> list:
+    """The WHERE parameters: the tenant, and the days every window lies in."""
+    return [tenant_id, min(w[2] for w in windows), max(w[3] for w in windows)]
+
+
 def spend_in_windows(*, tenant_id: int, windows: list[tuple]) -> dict:
     """Spend per window, in ONE query over the rollups: `windows` are (key, budget, first day,
     end day) with end exclusive; the answer maps each key to (minor units, tokens). Written
@@ -55,20 +74,14 @@ def spend_in_windows(*, tenant_id: int, windows: list[tuple]) -> dict:
     if not windows:
         return {}
     t = _tables()
-    sums, params = [], []
-    for _key, budget, first, end in windows:
-        scope, scope_params = _scope_sql(budget, t)
-        case = f"CASE WHEN day >= %s AND day < %s AND {scope} THEN {{}} ELSE 0 END"
-        sums.append(f"SUM({case.format('cost_minor_units')})")
-        sums.append(f"SUM({case.format('input_tokens + output_tokens')})")
-        params += [first, end, *scope_params] * 2
+    sums, params = _window_sums(windows, t, otherwise=" ELSE 0")
     # Identifiers come from the models, conditions from the fixed forms above; values are
     # parameters.
     sql = (
-        f"SELECT {', '.join(sums)} FROM {t['usage']} "  # noqa: S608
+        f"SELECT {sums} FROM {t['usage']} "  # noqa: S608
         "WHERE tenant_id = %s AND day >= %s AND day < %s"
     )
-    params += [tenant_id, min(w[2] for w in windows), max(w[3] for w in windows)]
+    params += _window_bounds(tenant_id, windows)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
@@ -86,20 +99,14 @@ def spend_per_day_in_windows(*, tenant_id: int, windows: list[tuple]) -> dict:
     if not windows:
         return {}
     t = _tables()
-    sums, params = [], []
-    for _key, budget, first, end in windows:
-        scope, scope_params = _scope_sql(budget, t)
-        case = f"CASE WHEN day >= %s AND day < %s AND {scope} THEN {{}} END"
-        sums.append(f"SUM({case.format('cost_minor_units')})")
-        sums.append(f"SUM({case.format('input_tokens + output_tokens')})")
-        params += [first, end, *scope_params] * 2
+    sums, params = _window_sums(windows, t, otherwise="")
     # As in spend_in_windows: identifiers from the models, values as parameters. A window
     # without usage on a day sums no row (NULL), so only its days with usage are answered.
     sql = (
-        f"SELECT day, {', '.join(sums)} FROM {t['usage']} "  # noqa: S608
+        f"SELECT day, {sums} FROM {t['usage']} "  # noqa: S608
         "WHERE tenant_id = %s AND day >= %s AND day < %s GROUP BY day ORDER BY day"
     )
-    params += [tenant_id, min(w[2] for w in windows), max(w[3] for w in windows)]
+    params += _window_bounds(tenant_id, windows)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
