@@ -18,6 +18,9 @@ from approvals.api_rules import router as rules_router
 from approvals.api_webhooks import router as webhooks_router
 from budgets.api import router as budgets_router
 from console import access
+from console.api_audit import router as audit_router
+from console.api_directory import router as directory_router
+from console.api_keys import router as keys_router
 from console.errors import GavelError
 from console.schemas import strict_json
 from notifications.api import router as notifications_router
@@ -199,3 +202,6 @@ api.add_router("/", webhooks_router)
 api.add_router("/", notifications_router)
 api.add_router("/", rules_router)  # lasting decision rules (manage scope, manage_rules)
 api.add_router("/", budgets_router)
+api.add_router("/", directory_router)  # principals, roles, teams (admin)
+api.add_router("/", keys_router)  # API keys, tenant settings (admin)
+api.add_router("/", audit_router)  # the audit log (admin)

@@ -33,6 +33,14 @@ class Tenant(models.Model):
     approval_ttl_seconds = models.PositiveIntegerField(default=15 * 60)
     currency = models.CharField(max_length=3, default="USD")
     time_zone = models.CharField(max_length=64, default="UTC")
+    # Notifications (contract v1.1): re-notify deciders / escalate to leads after these delays.
+    reminder_after_seconds = models.PositiveIntegerField(null=True, blank=True)
+    escalate_after_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # Slack: the signing secret (write-only on the wire) and whether Slack may decide.
+    slack_signing_secret = models.CharField(max_length=200, blank=True)
+    slack_decisions = models.CharField(max_length=8, default="link")  # link | decide
+    # Audit retention in days; None keeps every entry forever.
+    audit_retention_days = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self):
@@ -58,6 +66,7 @@ class Role(models.Model):
     decide_tools = models.JSONField(
         default=list
     )  # fnmatch globs of tool names this role may decide
+    slack_decide = models.BooleanField(default=True)  # may decide its tools from Slack
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -129,6 +138,7 @@ class ApiKey(models.Model):
     rate_burst = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)  # past it the key is 401
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     objects = ApiKeyQuerySet.as_manager()

@@ -14,7 +14,7 @@ urlpatterns = [
     path("accounts/tenant/", accounts.switch_tenant, name="switch_tenant"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", views.home, name="home"),
-    path("manage/", views.manage, name="manage"),
+    path("", include("console.manage.urls")),
     path("", include("runs.urls")),
     path("", include("approvals.urls")),
     path("", include("notifications.urls")),

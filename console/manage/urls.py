@@ -1,0 +1,11 @@
+from django.urls import path
+
+from console import views
+from console.manage import views_audit, views_directory, views_keys
+
+urlpatterns = [
+    path("manage/", views.manage, name="manage"),
+    *views_directory.urlpatterns,
+    *views_keys.urlpatterns,
+    *views_audit.urlpatterns,
+]

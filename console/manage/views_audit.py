@@ -1,0 +1,3 @@
+"""/manage/ pages (see console/manage/__init__.py)."""
+
+urlpatterns: list = []
