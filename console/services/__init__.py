@@ -22,13 +22,31 @@ from console.models import (
 )
 
 
-def audit(*, tenant, action, object_type, object_id, data=None, principal=None, key=None):
+def audit(
+    *,
+    tenant,
+    action,
+    object_type,
+    object_id,
+    data=None,
+    before=None,
+    after=None,
+    principal=None,
+    key=None,
+):
+    """One audit entry: `before` / `after` are the object's wire form around the change
+    (None where it did not exist); `data` any other facts."""
+    data = dict(data or {})
+    if before is not None:
+        data["before"] = before
+    if after is not None:
+        data["after"] = after
     return AuditEvent.objects.create(
         tenant=tenant,
         action=action,
         object_type=object_type,
         object_id=str(object_id),
-        data=data or {},
+        data=data,
         actor_principal=principal,
         actor_key=key,
     )
