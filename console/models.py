@@ -50,6 +50,8 @@ class Tenant(models.Model):
 class Team(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="teams")
     name = models.CharField(max_length=100)
+    # Leads are members too (Principal.teams); they hear of escalations and team budgets.
+    leads = models.ManyToManyField("Principal", blank=True, related_name="led_teams")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -123,10 +125,15 @@ class ApiKeyQuerySet(models.QuerySet):
         )
 
 
+def new_key_id() -> str:
+    return "key_" + secrets.token_hex(12)
+
+
 class ApiKey(models.Model):
     PREFIX = "gvl_"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    public_id = models.CharField(max_length=32, unique=True, default=new_key_id)  # the wire id
     name = models.CharField(max_length=200)
     key_hash = models.CharField(max_length=64, unique=True)
     key_prefix = models.CharField(max_length=16)  # shown in the console to tell keys apart
