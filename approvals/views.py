@@ -120,12 +120,12 @@ def decide_step(request, run_id, step):
     """Bulk: decide every call of a step this viewer may decide, each its own decision."""
     viewer = request.viewer
     run = access.run_for(viewer=viewer, run_id=run_id)
+    pending = selectors.step_pending_for(viewer=viewer, run=run, step=step)
+    if not pending:
+        access.require(viewer, "decide")  # 403 before the body's 422
     decision = request.POST.get("decision", "")
     if decision not in ("approve", "deny"):
         return HttpResponse("decision must be approve or deny", status=422)
-    pending = selectors.step_pending_for(viewer=viewer, run=run, step=step)
-    if not pending:
-        access.require(viewer, "decide")
     for approval in pending:
         try:
             approval_decide(approval=approval, viewer=viewer, decision=decision)
