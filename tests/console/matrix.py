@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cache
 
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RoutePattern
@@ -48,9 +49,11 @@ class Operation:
         return any(isinstance(a, BrowserSession) for a in self.auths)
 
 
-def api_operations() -> list[Operation]:
+@cache
+def api_operations() -> tuple[Operation, ...]:
     """Every operation of the served schema, joined by operationId to ninja's operation (whose
-    auth callbacks say the scope and, for PrincipalKeyAuth / CapableSession, the capability)."""
+    auth callbacks say the scope and, for PrincipalKeyAuth / CapableSession, the capability).
+    Built once per test process (generating the schema takes seconds; it never changes)."""
     from console.api import api
 
     ninja_ops = {}
@@ -78,7 +81,7 @@ def api_operations() -> list[Operation]:
                     auths=tuple(op.auth_callbacks),
                 )
             )
-    return found
+    return tuple(found)
 
 
 def minimal(schema: dict, components: dict):
