@@ -177,6 +177,16 @@ def test_viewer_sees_no_controls_and_gets_403_on_deciding(client, viewer_a, appr
     assert Approval.objects.get(pk=approval.pk).status == ApprovalStatus.PENDING
 
 
+def test_bulk_deciding_without_decide_is_403_before_the_bad_decision_is_422(
+    client, viewer_a, approval
+):
+    """The contract's order: 403 (may not decide) comes before 422 (an invalid body)."""
+    login(client, viewer_a, "viewer-pass-123")
+    url = f"/approvals/runs/{approval.run.external_id}/steps/{approval.step}/decision/"
+    assert client.post(url, {"decision": "maybe"}).status_code == 403
+    assert Approval.objects.get(pk=approval.pk).status == ApprovalStatus.PENDING
+
+
 def test_wrong_tool_role_gets_403(client, tenant_a, approval):
     role = Role.objects.create(
         tenant=tenant_a, name="db", capabilities=["view_runs", "decide"], decide_tools=["db_*"]
