@@ -154,6 +154,9 @@ SKIPPED_PAGES = {
     "switcher: before or around a principal, no tenant object in the path "
     "(the switcher's refusal of a foreign tenant: tests/console/test_two_tenants.py)",
     "static/": "static files: no tenant data",
+    "integrations/": "Slack's signed callbacks: no session, the tenant's signing secret "
+    "authenticates them (when they land)",
+    "scim/": "SCIM 2.0: a `scim` key, not a session, and SCIM's own error shape (when it lands)",
 }
 
 
@@ -280,6 +283,12 @@ def _budget_partial(world):
     return next(iter(selectors_pages.DETAIL_PARTIALS))
 
 
+# Operations whose BODY names an object of the tenant, looked up before the rest of the body
+# (404 first): field → kind of tenant-A object.
+BODY_OBJECTS = {
+    "POST /api/v1/budgets/check": {"runId": "run"},
+}
+
 # Path parameter (camelCase; `segment/{name}` for generic names) → a kind of tenant-A object in
 # World.ids, or a function of the world for values that are not objects.
 PARAMETERS = {
@@ -294,7 +303,6 @@ PARAMETERS = {
     "webhooks/id": "webhook",
     "roles/name": "role",
     "teams/name": "team",
-    "deliveries/id": "webhook",
     "runs/{runId}/partials/{name}": _run_partial,
     "budgets/{budgetId}/partials/{name}": _budget_partial,
     "budgets/partials/{name}": lambda w: "budget-list",
@@ -434,6 +442,9 @@ HANDLER_CAPABILITIES = {
     # access.notifications_of: a principal's own notifications, whatever its capabilities.
     "GET /api/v1/notifications": (ANY, None),
     "POST /api/v1/notifications/{notificationId}/read": (ANY, None),
+    # The contract: a principal's own notification settings, `manage` scope, any capability.
+    "GET /api/v1/me/notification-settings": (ANY, None),
+    "PATCH /api/v1/me/notification-settings": (ANY, None),
 }
 
 
@@ -469,6 +480,7 @@ PAGE_CAPABILITIES = [
     ("approvals/runs/<run_id>/steps/<step>/decision/", frozenset({"decide"})),
     ("rules/*", frozenset({"manage_rules"})),  # access.rules_of / rule_for
     ("notifications/*", ANY),  # a principal's own notifications
+    ("settings/*", ANY),  # the contract: everyone's own notification settings and password
     ("budgets/new/", frozenset({"manage_budgets"})),
     ("budgets/<budget_id>/edit/", frozenset({"manage_budgets"})),
     ("budgets/<budget_id>/delete/", frozenset({"manage_budgets"})),

@@ -142,6 +142,19 @@ def test_a_put_on_a_tenant_a_run_id_makes_tenant_bs_own_run_and_leaves_as_alone(
     _a_is_untouched(world)
 
 
+def test_an_operation_whose_body_names_a_tenant_a_object_is_a_bare_404(world, client):
+    failures = []
+    operations = {str(op): op for op in matrix.api_operations()}
+    for name, fields in matrix.BODY_OBJECTS.items():
+        op = operations[name]
+        used = [world.ids[kind] for kind in fields.values()]
+        body = {**matrix.body_for(op), **{f: world.ids[kind] for f, kind in fields.items()}}
+        response = call(client, op.method, op.path, key=world.key_b, body=body)
+        failures += _not_found_problems(world, f"{op} (B's key)", response, used)
+    assert not failures, "\n".join(failures)
+    _a_is_untouched(world)
+
+
 def test_every_list_operation_answers_tenant_b_nothing_of_tenant_a(world, client):
     failures, walked = [], 0
     session = browser_of(world.admin_b)
