@@ -98,6 +98,25 @@ def test_a_path_parameter_without_a_tenant_a_object_fails_saying_what_to_add(wor
         world.fill("/api/v1/gizmos/{gizmoId}", ("gizmoId",), python=False)
 
 
+def test_the_leak_check_catches_a_name_an_id_or_a_count_of_a(world):
+    """The checks below would see a leak: a status other than 404, a name or another id of A,
+    a number (a count) beside the requested id."""
+    from django.http import HttpResponse
+
+    run = world.ids["run"]
+
+    def problems(status, text):
+        return _not_found_problems(world, "x", HttpResponse(text, status=status), [run])
+
+    assert (
+        problems(404, f'{{"error": {{"code": "run_not_found", "message": "no run {run}"}}}}') == []
+    )
+    assert problems(403, "forbidden")
+    assert problems(404, f"no run {run} of Acme Secretcorp")
+    assert problems(404, f"no run {run}; see {world.ids['approval']}")
+    assert problems(404, f"no run {run} (your tenant has 3 runs)")
+
+
 def test_every_api_operation_on_a_tenant_a_id_is_a_bare_404_for_tenant_bs_key(world, client):
     """With a valid-looking body and with one that is not JSON at all (404 comes before 422),
     and with B's browser session where the operation takes one; A is left as it was."""
