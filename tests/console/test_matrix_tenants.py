@@ -14,7 +14,7 @@ from django.test import Client
 from approvals.models import ApprovalStatus
 from runs.models import Run
 from tests.console import matrix
-from tests.console.live import close_code, open_socket
+from tests.console.live import open_socket
 
 FAST_HASHER = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
@@ -241,6 +241,16 @@ def test_every_page_without_an_object_shows_tenant_b_nothing_of_tenant_a(world):
     assert not failures, "\n".join(failures)
 
 
+async def _until_closed(communicator, timeout: float = 5):
+    """(the close code, the frames sent before it)."""
+    frames = []
+    while True:
+        output = await communicator.receive_output(timeout)
+        if output["type"] == "websocket.close":
+            return output.get("code"), frames
+        frames.append(output.get("text") or output.get("bytes"))
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_every_socket_on_a_tenant_a_id_is_refused_and_the_others_carry_nothing_of_a(
     settings,
@@ -253,9 +263,11 @@ async def test_every_socket_on_a_tenant_a_id_is_refused_and_the_others_carry_not
         communicator, connected = await open_socket("/" + url, world.admin_b)
         if matrix.names_an_object(socket.route, socket.params):
             refused += 1
-            code = await close_code(communicator) if connected else "refused"
+            code, frames = ("refused", []) if not connected else await _until_closed(communicator)
             if code not in (4403, 4404, "refused"):
                 failures.append(f"/{url}: closed with {code}, not 4403/4404")
+            if frames:
+                failures.append(f"/{url}: frames before the close: {frames[:2]}")
             continue
         if not connected:
             failures.append(f"/{url}: B's admin could not connect")
