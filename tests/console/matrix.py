@@ -303,6 +303,8 @@ PARAMETERS = {
     "webhooks/id": "webhook",
     "roles/name": "role",
     "teams/name": "team",
+    "roleName": "role",  # the /manage/roles/<role_name>/ pages
+    "teamName": "team",
     "runs/{runId}/partials/{name}": _run_partial,
     "budgets/{budgetId}/partials/{name}": _budget_partial,
     "budgets/partials/{name}": lambda w: "budget-list",
