@@ -86,7 +86,7 @@ def api_operations() -> tuple[Operation, ...]:
 
 def minimal(schema: dict, components: dict):
     """A smallest value that validates against a JSON schema: only required properties, the
-    first enum value, lengths and bounds at their minimum."""
+    first enum value, lengths and bounds at their minimum, one item in a list."""
     if "$ref" in schema:
         return minimal(components[schema["$ref"].rsplit("/", 1)[1]], components)
     for combo in ("anyOf", "oneOf"):
@@ -107,7 +107,11 @@ def minimal(schema: dict, components: dict):
         return {k: minimal(props.get(k, {}), components) for k in schema.get("required", [])}
     if kind == "array":
         item = schema.get("items", {})
-        return [minimal(item, components) for _ in range(schema.get("minItems", 0))]
+        # One item, not none: a required list is seldom valid empty (webhook events, scopes).
+        count = max(1, schema.get("minItems", 0))
+        if schema.get("maxItems") == 0:
+            count = 0
+        return [minimal(item, components) for _ in range(count)]
     if kind == "string":
         if schema.get("format") == "date-time":
             return (datetime.now(UTC) + timedelta(days=1)).isoformat()
@@ -141,6 +145,11 @@ def body_for(op: Operation, path_values=()):
 BODY_EXTRAS = {
     # A RunState names its run: `id` must equal the path's runId (else 422).
     "PUT /api/v1/runs/{runId}/state": lambda values: {"id": values.get("runId", "x")},
+    # A webhook's URL and events are plain strings to the schema; the service knows them.
+    "POST /api/v1/webhooks": lambda values: {
+        "url": "https://hooks.example.com/gavel",
+        "events": ["approval.requested"],
+    },
 }
 
 

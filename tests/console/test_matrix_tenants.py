@@ -15,6 +15,7 @@ from approvals.models import ApprovalStatus
 from runs.models import Run
 from tests.console import matrix
 from tests.console.live import open_socket
+from tests.factories import make_key
 
 FAST_HASHER = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
@@ -91,6 +92,21 @@ def test_the_walk_finds_every_kind_of_endpoint_it_must_cover():
     assert {"runs/<run_id>/", "approvals/<approval_id>/decision/", "manage/"} <= routes
     assert not any(route.startswith(("api/", "accounts/", "django-admin/")) for route in routes)
     assert {s.route for s in matrix.sockets()} >= {"ws/runs/<run_id>/", "ws/budgets/<budget_id>/"}
+
+
+def test_the_minimal_bodies_validate_so_a_404_is_not_a_422_in_disguise(world, client):
+    """Tenant A's own admin sends each operation its minimal body on A's objects: none is a
+    422 (409s are fine: A's objects are not in the state those bodies assume)."""
+    key = make_key(world.tenant_a, scopes=("ingest", "decide", "manage"), principal=world.admin_a)
+    failures = []
+    for op in matrix.api_operations():
+        if op.body_schema is None:
+            continue
+        url, used = world.fill(op.path, op.params, python=False)
+        response = call(client, op.method, url, key=key, body=matrix.body_for(op, used))
+        if response.status_code == 422:
+            failures.append(f"{op}: {response.content[:300]}")
+    assert not failures, "bodies to fix in matrix.BODY_EXTRAS:\n" + "\n".join(failures)
 
 
 def test_a_path_parameter_without_a_tenant_a_object_fails_saying_what_to_add(world):
