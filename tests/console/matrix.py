@@ -177,12 +177,6 @@ class Page:
     def __str__(self):
         return "/" + self.route
 
-    def url(self, values: dict) -> str:
-        out = self.route
-        for name in self.params:
-            out = out.replace(f"<{name}>", str(values[name]))
-        return "/" + out
-
 
 def _walk(patterns, prefix=""):
     for entry in patterns:
