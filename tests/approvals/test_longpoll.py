@@ -105,9 +105,9 @@ async def test_a_lost_wake_only_delays_the_answer(setup, reviewer_a, monkeypatch
 async def test_another_tenants_run_is_404_without_waiting(setup, tenant_b):
     key = await sync_to_async(make_key)(tenant_b, scopes=("ingest",))
     started = time.perf_counter()
-    response = await start_poll({"Authorization": f"Bearer {key}"}, 5)
+    response = await start_poll({"Authorization": f"Bearer {key}"}, 10)
     assert response.status_code == 404
-    assert time.perf_counter() - started < 1.0
+    assert time.perf_counter() - started < 5.0  # not held for its 10 s (generous: load)
 
 
 async def test_a_decide_only_key_is_403(setup, tenant_a, reviewer_a):
@@ -138,15 +138,13 @@ async def test_static_files_are_still_served_on_the_async_path():
 async def test_a_held_poll_does_not_block_other_requests(setup, tenant_a, reviewer_a):
     run, approval, headers = setup
     key = await sync_to_async(make_key)(tenant_a, scopes=("decide",), principal=reviewer_a)
-    poll = start_poll(headers, 2)
+    poll = start_poll(headers, 6)
     await asyncio.sleep(0.3)
-    started = time.perf_counter()
     other = await AsyncClient().get(
         "/api/v1/approvals", headers={"Authorization": f"Bearer {key}"}
     )  # a sync view: it needs the thread a sync-only middleware would give the poll
     assert other.status_code == 200
-    assert time.perf_counter() - started < 1.0
-    assert not poll.done()
+    assert not poll.done()  # answered while the poll is still held (for 6 s)
     assert (await poll).status_code == 200
 
 

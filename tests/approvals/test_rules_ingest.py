@@ -170,13 +170,17 @@ def test_an_expired_rule_does_nothing(ingest_a, tenant_a, lead_a):
     assert Approval.objects.get().status == ApprovalStatus.PENDING
 
 
-def test_a_rule_that_expires_while_compiled_stops_deciding(ingest_a, tenant_a, lead_a):
-    import time
+def test_a_rule_that_expires_while_compiled_stops_deciding(ingest_a, tenant_a, lead_a, monkeypatch):
+    from approvals.services import rules as rule_services
 
-    rule(tenant_a, lead_a, expires_at=timezone.now() + timedelta(seconds=1))
+    expires_at = timezone.now() + timedelta(minutes=5)
+    rule(tenant_a, lead_a, expires_at=expires_at)
     admit(ingest_a)
     hold(ingest_a, calls=[call(1)])  # compiled and cached now
-    time.sleep(1.1)  # no write: the cached rule expires by itself
+    # No write: the cached rule expires by itself when the clock passes its expiry (the clock
+    # is moved rather than waited for, so a slow machine cannot expire it before the first call).
+    later = expires_at + timedelta(seconds=1)
+    monkeypatch.setattr(rule_services.timezone, "now", lambda: later)
     hold(ingest_a, calls=[call(2)], seq=2)
     got = dict(Approval.objects.values_list("tool_call_id", "status"))
     assert got == {"call_1": "approved", "call_2": "pending"}
