@@ -158,3 +158,28 @@ def teams_list(*, viewer, limit: int = 50, cursor: str | None = None) -> dict:
 
 def team_read(*, viewer, name: str) -> dict:
     return team_resource(access.directory_for(viewer=viewer, kind="team", name=name))
+
+
+# --- what the /manage/ forms offer ---
+
+
+def directory_choices(*, viewer) -> dict:
+    """The tenant's role names, team names and principal ids (the forms' choices)."""
+    qs = {k: access.directory_of(viewer=viewer, kind=k) for k in ("role", "team", "principal")}
+    return {
+        "roles": list(qs["role"].order_by("name").values_list("name", flat=True)),
+        "teams": list(qs["team"].order_by("name").values_list("name", flat=True)),
+        "principals": list(
+            qs["principal"].order_by("external_id").values_list("external_id", flat=True)
+        ),
+    }
+
+
+def principal_page(*, viewer, principal_id: str) -> dict:
+    """A principal's page: its resource and its keys (by name and prefix only)."""
+    principal = access.directory_for(viewer=viewer, kind="principal", name=principal_id)
+    keys = principal.api_keys.filter(revoked_at__isnull=True).order_by("created_at")
+    return {
+        "principal": principal_resource(principal),
+        "keys": [{"name": k.name, "prefix": k.key_prefix, "scopes": k.scopes} for k in keys],
+    }
