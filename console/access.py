@@ -37,6 +37,12 @@ def principals_of_user(user) -> list[Principal]:
     )
 
 
+def login_deactivated(user) -> bool:
+    """Is this login a principal somewhere, and deactivated everywhere it is one?"""
+    principals = Principal.objects.filter(user=user)
+    return principals.exists() and not principals.filter(is_active=True).exists()
+
+
 def principal_for_session(*, user, session) -> Principal | None:
     """The principal a signed-in login acts as: the one in the session's tenant, if it is
     still an active principal of this login there; else its first (by tenant slug); None

@@ -50,7 +50,11 @@ def test_reactivation_restores_sign_in_but_not_the_ended_sessions(client, admin_
     refused = client.post(
         "/accounts/login/", {"username": reviewer_a.external_id, "password": "reviewer-pass-123"}
     )
-    assert refused.status_code != 302 or client.get("/runs/").status_code != 200
+    assert refused.status_code == 200  # the form again, not a redirect
+    assert refused.context["form"].errors["__all__"] == [
+        "This account has been deactivated by an admin."
+    ]
+    assert client.get("/runs/").status_code == 302
     principal_update(principal=reviewer_a, fields={"active": True}, viewer=admin_a)
     assert ended.get("/runs/").status_code == 302
     fresh = Client()
