@@ -429,3 +429,63 @@ def test_a_key_bound_to_an_admin_is_audited_as_both(admin_api, admin_a):
     entry = _last_audit("team.created")
     assert entry.actor_principal == admin_a
     assert entry.actor_key == ApiKey.objects.get(principal=admin_a)
+
+
+# --- browser sessions: sensitive writes need a recent sign-in ---
+
+
+def _stale_session(client, principal):
+    import time
+
+    from console import signin
+
+    client.force_login(principal.user)
+    session = client.session
+    session[signin.AUTH_AT_SESSION_KEY] = time.time() - 3600
+    session.save()
+
+
+def test_a_stale_browser_session_needs_reauth_for_roles_and_deactivation(
+    client, admin_a, reviewer_a
+):
+    _stale_session(client, admin_a)
+    path = f"{API}/principals/{reviewer_a.external_id}"
+    for body in ({"roles": ["viewer"]}, {"active": False}, {"password": "long-enough-pass"}):
+        response = client.patch(path, body, content_type="application/json")
+        assert response.status_code == 403, body
+        assert response.json()["error"]["code"] == "reauth_required"
+        assert response.json()["error"]["details"]["reauthUrl"]
+    response = client.patch(
+        f"{API}/roles/viewer", {"slackDecide": False}, content_type="application/json"
+    )
+    assert response.json()["error"]["code"] == "reauth_required"
+    reviewer_a.refresh_from_db()
+    assert reviewer_a.is_active and [r.name for r in reviewer_a.roles.all()] == ["reviewer"]
+    # Not sensitive: a name.
+    response = client.patch(path, {"name": "Rita"}, content_type="application/json")
+    assert response.status_code == 200 and response.json()["name"] == "Rita"
+
+
+def test_a_key_is_exempt_from_reauth(admin_api, reviewer_a):
+    response = admin_api.patch(f"{API}/principals/{reviewer_a.external_id}", {"roles": []})
+    assert response.status_code == 200 and response.json()["roles"] == []
+
+
+def test_post_principals_links_a_shared_login_only_with_its_password(
+    admin_api, tenant_b, reviewer_b
+):
+    # reviewer@b.example's login exists in tenant B; tenant A's admin links it here.
+    wrong = admin_api.post(
+        f"{API}/principals", {"id": reviewer_b.external_id, "password": "not-its-password"}
+    )
+    assert wrong.status_code == 409 and wrong.json()["error"]["code"] == "login_shared"
+    assert "tenant-b" not in wrong.content.decode()
+    assert not Principal.objects.filter(
+        tenant__slug="tenant-a", external_id=reviewer_b.external_id
+    ).exists()
+    right = admin_api.post(
+        f"{API}/principals", {"id": reviewer_b.external_id, "password": "reviewer-pass-123"}
+    )
+    assert right.status_code == 201 and right.json()["canSignIn"]
+    linked = Principal.objects.get(tenant__slug="tenant-a", external_id=reviewer_b.external_id)
+    assert linked.user_id == reviewer_b.user_id
