@@ -7,8 +7,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from ninja import Field
-from pydantic import ConfigDict, StrictBool, StrictStr
+from pydantic import AfterValidator, ConfigDict, StrictBool, StrictStr
 from pydantic.alias_generators import to_camel
 
 from console.models import CAPABILITIES, Principal, Role, Team
@@ -16,13 +18,26 @@ from console.schemas import CamelSchema
 
 _FORBID = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
-Name = Annotated[StrictStr, Field(min_length=1, max_length=100)]
+
+def _email(value: str) -> str:
+    """An email address, or "" for none (Django's validator, as the model's field)."""
+    if value:
+        try:
+            validate_email(value)
+        except ValidationError:
+            raise ValueError("not an email address") from None
+    return value
+
+
+# A role's or team's name is one path segment of /roles/{name} and /teams/{name}.
+Name = Annotated[StrictStr, Field(min_length=1, max_length=100, pattern=r"^[^/]+$")]
 PrincipalId = Annotated[StrictStr, Field(min_length=1, max_length=255)]
+NewPrincipalId = Annotated[StrictStr, Field(min_length=1, max_length=255, pattern=r"^[^/]+$")]
 Names = Annotated[list[Name], Field(max_length=200)]
 Ids = Annotated[list[PrincipalId], Field(max_length=1000)]
 Glob = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 Password = Annotated[StrictStr, Field(min_length=1, max_length=200)]
-Email = Annotated[StrictStr, Field(max_length=254)]
+Email = Annotated[StrictStr, Field(max_length=254), AfterValidator(_email)]
 
 
 class _Patch(CamelSchema):
@@ -40,7 +55,7 @@ class _Patch(CamelSchema):
 class PrincipalIn(CamelSchema):
     model_config = _FORBID
 
-    id: PrincipalId
+    id: NewPrincipalId
     name: Annotated[StrictStr, Field(max_length=200)] = ""
     email: Email = ""
     roles: Names = []

@@ -113,6 +113,8 @@ def test_a_held_id_is_409_principal_exists(admin_api, reviewer_a):
         ({"id": ""}, "id"),
         ({"id": "x", "colour": "red"}, "colour"),
         ({"id": "x", "roles": "reviewer"}, "roles"),
+        ({"id": "x", "email": "not-an-address"}, "email"),
+        ({"id": "a/b"}, "id"),
     ],
 )
 def test_bad_principal_bodies_are_422_naming_the_field_and_write_nothing(admin_api, body, path):
@@ -337,6 +339,7 @@ def test_roles_list_counts_holders(admin_api, admin_a, reviewer_a):
 
 
 def test_unknown_capability_is_422_naming_it(admin_api):
+    assert _paths(admin_api.post(f"{API}/roles", {"name": "a/b"})) == ["name"]
     response = admin_api.post(f"{API}/roles", {"name": "x", "capabilities": ["decide", "fly"]})
     assert response.status_code == 422 and _paths(response) == ["capabilities.1"]
     assert not Role.objects.filter(name="x").exists()
