@@ -14,7 +14,7 @@ from django.db.models import OuterRef, QuerySet, Subquery
 from approvals.models import Approval, Rule, RuleVersion
 from budgets.models import OVERRIDE_TOOL, Budget
 from console.errors import Forbidden, NotFound
-from console.models import CAPABILITIES, ApiKey, Principal
+from console.models import CAPABILITIES, ApiKey, Principal, Role, Team
 from notifications.models import Notification
 from runs.models import Run
 
@@ -35,6 +35,12 @@ def principals_of_user(user) -> list[Principal]:
         .select_related("tenant")
         .order_by("tenant__slug")
     )
+
+
+def login_deactivated(user) -> bool:
+    """Is this login a principal somewhere, and deactivated everywhere it is one?"""
+    principals = Principal.objects.filter(user=user)
+    return principals.exists() and not principals.filter(is_active=True).exists()
 
 
 def principal_for_session(*, user, session) -> Principal | None:
@@ -359,3 +365,37 @@ def budget_in_tenant(*, tenant_id: int, budget_id: str) -> None:
     """NotFound unless this tenant holds a budget with this id (the API's 404 check)."""
     if not Budget.objects.filter(tenant_id=tenant_id, public_id=budget_id).exists():
         raise NotFound(f"no budget '{budget_id}'", code="budget_not_found")
+
+
+# --- the directory (principals, roles, teams): `admin` ---
+
+_DIRECTORY = {
+    "principal": (Principal, "external_id", "principal_not_found"),
+    "role": (Role, "name", "role_not_found"),
+    "team": (Team, "name", "team_not_found"),
+}
+
+
+def directory_in_tenant(*, tenant_id: int, kind: str, name: str) -> None:
+    """NotFound unless this tenant holds the principal, role or team (the API's 404 check)."""
+    model, field, code = _DIRECTORY[kind]
+    if not model.objects.filter(tenant_id=tenant_id, **{field: name}).exists():
+        raise NotFound(f"no {kind} '{name}'", code=code)
+
+
+def directory_of(*, viewer: Viewer, kind: str) -> QuerySet:
+    """The tenant's principals, roles or teams, for an admin (Forbidden otherwise)."""
+    require_capability(viewer, "admin")
+    model = _DIRECTORY[kind][0]
+    return model.objects.filter(tenant_id=viewer.tenant_id)
+
+
+def directory_for(*, viewer: Viewer, kind: str, name: str):
+    """One principal, role or team of the viewer's tenant: NotFound outside it (another
+    tenant's is answered exactly like a missing one), Forbidden without `admin`."""
+    model, field, code = _DIRECTORY[kind]
+    found = model.objects.filter(tenant_id=viewer.tenant_id, **{field: name}).first()
+    if found is None:
+        raise NotFound(f"no {kind} '{name}'", code=code)
+    require_capability(viewer, "admin")
+    return found

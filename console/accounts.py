@@ -12,8 +12,10 @@ from datetime import UTC, timedelta
 from functools import wraps
 from urllib.parse import urlencode
 
+from django import forms
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.views import LoginView, redirect_to_login
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -125,9 +127,24 @@ def password_attempt(request, *, username: str, check, **facts):
     return None, False
 
 
+class SignInForm(AuthenticationForm):
+    """Django's sign-in form; a login whose every principal an admin has deactivated is
+    refused like an inactive account (reactivation restores it). A login that is no
+    principal at all (a bare superuser, for /admin/) still signs in."""
+
+    def confirm_login_allowed(self, user):
+        super().confirm_login_allowed(user)
+        if access.login_deactivated(user):
+            raise forms.ValidationError(
+                "This account has been deactivated by an admin.", code="inactive"
+            )
+
+
 class SignInView(LoginView):
     """Django's login view under the lockout: a locked account or address is a 429 page
     before any password is checked."""
+
+    authentication_form = SignInForm
 
     def post(self, request, *args, **kwargs):
         form = self.get_form()

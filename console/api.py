@@ -34,6 +34,9 @@ WIRE_PATH_PARAMS = {
     "notification_id": "notificationId",
     "rule_id": "ruleId",
     "budget_id": "budgetId",
+    "principal_id": "principalId",
+    "role_name": "name",
+    "team_name": "name",
 }
 
 
@@ -103,6 +106,13 @@ def _check_path_objects(request) -> None:
         access.rule_in_tenant(tenant_id=tenant_id, rule_id=kwargs["rule_id"])
     if "budget_id" in kwargs:
         access.budget_in_tenant(tenant_id=tenant_id, budget_id=kwargs["budget_id"])
+    for param, kind in (
+        ("principal_id", "principal"),
+        ("role_name", "role"),
+        ("team_name", "team"),
+    ):
+        if param in kwargs:
+            access.directory_in_tenant(tenant_id=tenant_id, kind=kind, name=kwargs[param])
 
 
 def _field_path(loc) -> str:

@@ -29,8 +29,8 @@ class KeyAuth(HttpBearer):
 
     def authenticate(self, request, token):
         key = ApiKey.objects.for_raw_key(token)
-        if key is None:
-            return None
+        if key is None or (key.principal is not None and not key.principal.is_active):
+            return None  # a key bound to a deactivated principal is 401, whatever its scopes
         access.require_scope(key, self.scope)
         wait = ratelimit.take(key.pk, per_minute=key.rate_per_minute, burst=key.rate_burst)
         if wait:

@@ -211,3 +211,16 @@ class SigninThrottle(models.Model):
             models.UniqueConstraint(fields=["scope", "key"], name="signin_throttle_unique")
         ]
         indexes = [models.Index(fields=["window_start"], name="signin_throttle_window")]
+
+
+class UserSession(models.Model):
+    """Which login a browser session belongs to, written at sign-in: Django's database
+    sessions cannot be found by user, and deactivating a principal ends its sessions at once
+    (console/services/principals.py). A row whose session is gone is harmless; rows are
+    removed with the sessions they name."""
+
+    session_key = models.CharField(max_length=40, unique=True)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="browser_sessions"
+    )
+    created_at = models.DateTimeField(default=timezone.now)

@@ -34,7 +34,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from console.errors import Forbidden
-from console.models import ApiKey, SigninThrottle
+from console.models import ApiKey, SigninThrottle, UserSession
 
 # The session's key for when it last proved the password (a POSIX timestamp): set at sign-in
 # and at re-authentication; `require_recent_auth` (console/accounts.py) reads it.
@@ -268,7 +268,13 @@ def require_recent_auth_api(request) -> None:
 
 @receiver(user_logged_in, dispatch_uid="gavel-signin-auth-at")
 def _signed_in(sender, request, user, **kwargs):
-    """Every way in (the login page, the admin's, a future SSO callback) records the time."""
+    """Every way in (the login page, the admin's, a future SSO callback) records the time, and
+    which login the session is (so deactivation can end it: console/services/principals.py)."""
     session = getattr(request, "session", None)
     if session is not None:
         auth_record(session)
+        if session.session_key is None:
+            session.save()
+        UserSession.objects.get_or_create(
+            session_key=session.session_key, defaults={"user_id": user.pk}
+        )

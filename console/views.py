@@ -70,10 +70,6 @@ def _placeholder(request, *, capability: str, nav: str, title: str, what: str):
 
 @viewer_view
 def manage(request):
-    return _placeholder(
-        request,
-        capability="admin",
-        nav="manage",
-        title="Manage",
-        what="Principals, roles, teams, API keys and the audit log",
-    )
+    """/manage/ opens on its first tab (the tabs themselves check `admin`)."""
+    access.require(request.viewer, "admin")
+    return redirect("/manage/principals/")

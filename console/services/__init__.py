@@ -330,3 +330,80 @@ def api_key_create(
         data={"name": name, "scopes": key.scopes, "principal": principal and principal.external_id},
     )
     return key, raw
+
+
+# --- shared by the directory's services (principals.py, roles.py, teams.py) ---
+
+
+def actor_of(viewer) -> dict:
+    """audit()'s actor keywords for a viewer: a principal, or a key and its principal."""
+    if viewer is None:
+        return {}
+    if isinstance(viewer, ApiKey):
+        return {"principal": viewer.principal, "key": viewer}
+    return {"principal": viewer}
+
+
+def invalid(path: str, message: str) -> Invalid:
+    """A 422 naming the wire field (`details[].path`)."""
+    return Invalid(
+        f"{path}: {message}", code="validation_error", details=[{"path": path, "message": message}]
+    )
+
+
+def tenant_lock(*, tenant_id: int) -> Tenant:
+    """The tenant row, locked for the rest of the transaction: every change that could leave
+    the tenant without an admin takes it first, so two of them run one after the other and
+    the second sees the first's result (`admins_exist`)."""
+    return Tenant.objects.select_for_update().get(pk=tenant_id)
+
+
+def admins_exist(*, tenant_id: int) -> bool:
+    """Is some active principal of the tenant holding `admin` through a role?"""
+    admin_roles = [
+        role.pk
+        for role in Role.objects.filter(tenant_id=tenant_id).only("pk", "capabilities")
+        if "admin" in role.capabilities
+    ]
+    return Principal.objects.filter(
+        tenant_id=tenant_id, is_active=True, roles__in=admin_roles
+    ).exists()
+
+
+def admins_remain(*, tenant_id: int, had: bool) -> None:
+    """409 `last_admin` (rolling the change back) if the tenant had an active admin before
+    the change and has none after it. Call with the tenant locked (`tenant_lock`)."""
+    if had and not admins_exist(tenant_id=tenant_id):
+        raise Conflict(
+            "this change would leave the tenant without an active principal holding 'admin'",
+            code="last_admin",
+        )
+
+
+def roles_named(*, tenant_id: int, names: list[str], path: str = "roles") -> list[Role]:
+    """The tenant's roles by name, in order (422 at `path.N` for an unknown one)."""
+    found = {r.name: r for r in Role.objects.filter(tenant_id=tenant_id, name__in=names)}
+    for n, name in enumerate(names):
+        if name not in found:
+            raise invalid(f"{path}.{n}", f"no role '{name}' in this tenant")
+    return [found[name] for name in dict.fromkeys(names)]
+
+
+def teams_named(*, tenant_id: int, names: list[str], path: str = "teams") -> list[Team]:
+    """The tenant's teams by name, in order (422 at `path.N` for an unknown one)."""
+    found = {t.name: t for t in Team.objects.filter(tenant_id=tenant_id, name__in=names)}
+    for n, name in enumerate(names):
+        if name not in found:
+            raise invalid(f"{path}.{n}", f"no team '{name}' in this tenant")
+    return [found[name] for name in dict.fromkeys(names)]
+
+
+def principals_named(*, tenant_id: int, ids: list[str], path: str) -> list[Principal]:
+    """The tenant's principals by id, in order (422 at `path.N` for an unknown one)."""
+    found = {
+        p.external_id: p for p in Principal.objects.filter(tenant_id=tenant_id, external_id__in=ids)
+    }
+    for n, principal_id in enumerate(ids):
+        if principal_id not in found:
+            raise invalid(f"{path}.{n}", f"no principal '{principal_id}' in this tenant")
+    return [found[i] for i in dict.fromkeys(ids)]

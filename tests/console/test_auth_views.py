@@ -103,7 +103,7 @@ def test_navigation_and_placeholders_follow_capabilities(
     assert ('href="/manage/"' in html) is manage
     assert 'id="nav-pending-count"' in html and 'id="live-status"' in html
     assert client.get("/budgets/").status_code == (200 if budgets else 403)
-    assert client.get("/manage/").status_code == (200 if manage else 403)
+    assert client.get("/manage/", follow=True).status_code == (200 if manage else 403)
 
 
 def test_header_shows_the_user_and_only_their_tenant(client, reviewer_b, tenant_a):
