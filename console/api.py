@@ -34,6 +34,8 @@ WIRE_PATH_PARAMS = {
     "notification_id": "notificationId",
     "rule_id": "ruleId",
     "budget_id": "budgetId",
+    "key_id": "keyId",
+    "webhook_id": "webhookId",
 }
 
 
@@ -103,6 +105,10 @@ def _check_path_objects(request) -> None:
         access.rule_in_tenant(tenant_id=tenant_id, rule_id=kwargs["rule_id"])
     if "budget_id" in kwargs:
         access.budget_in_tenant(tenant_id=tenant_id, budget_id=kwargs["budget_id"])
+    if "key_id" in kwargs:
+        access.key_in_tenant(tenant_id=tenant_id, key_id=kwargs["key_id"])
+    if "webhook_id" in kwargs:
+        access.webhook_in_tenant(tenant_id=tenant_id, webhook_id=kwargs["webhook_id"])
 
 
 def _field_path(loc) -> str:
