@@ -20,6 +20,7 @@ from console.models import (
     Team,
     Tenant,
 )
+from console.services.wire import actor_fields, api_key_resource
 
 
 def audit(
@@ -311,8 +312,6 @@ def api_key_create(
     which is shown once and never stored. `actor`: who made it (a Principal, or a `manage`
     ApiKey acting as its principal; None: a provisioning command). Audited `apikey.created`
     with the key's wire form (console/services/keys.py) as `after`."""
-    from console.services.keys import actor_fields, api_key_resource
-
     if not name:
         raise Invalid("a key needs a name")
     if not scopes:

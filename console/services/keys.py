@@ -14,20 +14,11 @@ from console import access
 from console.errors import Invalid
 from console.models import ApiKey, Principal, Tenant
 from console.services import api_key_create, audit
+from console.services.wire import actor_fields, api_key_resource
 
 
 def _invalid(path: str, message: str) -> Invalid:
     return Invalid(message, code="validation_error", details=[{"path": path, "message": message}])
-
-
-def actor_fields(actor) -> dict:
-    """The audit row's actor: the principal, and the key when a `manage` key acted."""
-    if actor is None:
-        return {}
-    return {
-        "principal": access.acting_principal(actor),
-        "key": actor if isinstance(actor, ApiKey) else None,
-    }
 
 
 def api_key_state(key: ApiKey, now=None) -> str:
@@ -37,39 +28,6 @@ def api_key_state(key: ApiKey, now=None) -> str:
     if key.expires_at is not None and key.expires_at <= (now or timezone.now()):
         return "expired"
     return "active"
-
-
-def api_key_resource(key: ApiKey, *, wire: bool = False) -> dict:
-    """The key as the API shows it (never its secret or hash). `wire`: camelCase with ISO
-    times (the audit row's before/after), else snake_case for the API's schema."""
-    resource = {
-        "id": key.public_id,
-        "name": key.name,
-        "prefix": key.key_prefix,
-        "scopes": list(key.scopes),
-        "principal_id": key.principal.external_id if key.principal_id else None,
-        "created_at": key.created_at,
-        "last_used_at": key.last_used_at,
-        "expires_at": key.expires_at,
-        "revoked_at": key.revoked_at,
-        "rate_per_minute": key.rate_per_minute,
-        "rate_burst": key.rate_burst,
-    }
-    if not wire:
-        return resource
-    camel = {
-        "principal_id": "principalId",
-        "created_at": "createdAt",
-        "last_used_at": "lastUsedAt",
-        "expires_at": "expiresAt",
-        "revoked_at": "revokedAt",
-        "rate_per_minute": "ratePerMinute",
-        "rate_burst": "rateBurst",
-    }
-    return {
-        camel.get(name, name): value.isoformat() if hasattr(value, "isoformat") else value
-        for name, value in resource.items()
-    }
 
 
 def _principal(tenant: Tenant, principal_id: str | None) -> Principal | None:

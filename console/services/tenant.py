@@ -14,7 +14,7 @@ from django.dispatch import Signal
 from console import access
 from console.models import Tenant
 from console.services import audit
-from console.services.keys import actor_fields
+from console.services.wire import actor_fields
 
 # Sent inside the changing transaction with `tenant` (the row as changed).
 tenant_time_zone_changed = Signal()
