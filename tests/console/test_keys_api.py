@@ -236,3 +236,22 @@ def test_an_admins_browser_session_creates_keys_after_a_recent_password(client, 
     assert response.status_code == 201
     event = AuditEvent.objects.get(action="apikey.created")
     assert event.actor_principal == admin_a and event.actor_key is None
+
+
+def test_openapi_describes_keys_webhooks_and_tenant_as_the_contract_names_them(client):
+    schema = client.get("/api/v1/openapi.json").json()
+    paths = schema["paths"]
+    assert {
+        "/api/v1/keys",
+        "/api/v1/keys/{keyId}",
+        "/api/v1/tenant",
+        "/api/v1/webhooks",
+        "/api/v1/webhooks/{webhookId}",
+        "/api/v1/webhooks/{webhookId}/deliveries",
+    } <= set(paths)
+    assert set(paths["/api/v1/keys"]) == {"get", "post"}
+    assert set(paths["/api/v1/tenant"]) == {"get", "patch"}
+    created = schema["components"]["schemas"]["KeyCreatedOut"]["properties"]
+    assert set(created) == {"key", "secret"}
+    patch = schema["components"]["schemas"]["TenantPatch"]["properties"]
+    assert "slackSigningSecret" in patch and "slug" not in patch
