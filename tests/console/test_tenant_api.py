@@ -195,3 +195,16 @@ def test_a_browser_session_patches_only_after_a_recent_password(client, admin_a)
     session.save()
     assert browser.patch(TENANT, {"name": "Fresh"}).status_code == 200
     assert AuditEvent.objects.get(action="tenant.updated").actor_key is None
+
+
+def test_allowing_self_approval_applies_to_the_next_decision(
+    manage_admin, client, tenant_a, reviewer_a
+):
+    from tests.factories import ApprovalFactory, RunFactory
+
+    own = ApprovalFactory(run=RunFactory(tenant=tenant_a, principal=reviewer_a))
+    mine = ApiClient(client, make_key(tenant_a, scopes=("decide",), principal=reviewer_a))
+    path = f"/api/v1/approvals/{own.public_id}/decision"
+    assert mine.post(path, {"decision": "approve"}).status_code == 403  # four eyes
+    assert manage_admin.patch(TENANT, {"allowSelfApproval": True}).status_code == 200
+    assert mine.post(path, {"decision": "approve"}).status_code == 200
