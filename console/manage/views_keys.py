@@ -6,6 +6,8 @@ password again when the last one is old (`require_recent_auth`, on the POST only
 pages does not). A new key's or webhook's secret is in the POST's answer and nowhere else.
 """
 
+from zoneinfo import available_timezones
+
 from django.http import HttpResponseNotAllowed
 from django.shortcuts import redirect
 from django.urls import path
@@ -19,6 +21,8 @@ from console.manage.common import admin_view, manage_page
 from console.manage.forms_keys import KeyForm, SettingsForm, WebhookForm, settings_initial
 from console.services import keys as key_services
 from console.services import tenant as tenant_services
+
+TIME_ZONES = sorted(available_timezones())  # the settings form's suggestions
 
 # --- keys ---
 
@@ -144,6 +148,7 @@ def _settings_page(request, *, form=None, saved=False, status=200):
         "form": form or SettingsForm(initial=settings_initial(held), held=held),
         "held": held,
         "saved": saved,
+        "time_zones": TIME_ZONES,
     }
     return manage_page(request, "manage/settings.html", context, tab="settings", status=status)
 
