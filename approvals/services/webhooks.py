@@ -322,14 +322,15 @@ def _record(delivery, status_code, error, now) -> None:
         fields.update(status=DeliveryStatus.FAILED)
     else:
         fields.update(next_attempt_at=retry_at)
-    WebhookDelivery.objects.filter(pk=delivery.pk).update(**fields)
+    # Still pending: a webhook deleted meanwhile gave the delivery up, and that stands.
+    WebhookDelivery.objects.filter(pk=delivery.pk, status=DeliveryStatus.PENDING).update(**fields)
 
 
 def webhook_deliveries_run_due(*, now=None, client: httpx.Client | None = None, limit=50) -> int:
     """Attempt every due delivery once. Returns how many were attempted."""
     now = now or timezone.now()
     due = WebhookDelivery.objects.select_related("webhook").filter(
-        status=DeliveryStatus.PENDING, next_attempt_at__lte=now
+        status=DeliveryStatus.PENDING, next_attempt_at__lte=now, webhook__is_active=True
     )
     attempted = 0
     owns_client = client is None
@@ -350,7 +351,7 @@ def webhook_deliveries_run_due(*, now=None, client: httpx.Client | None = None, 
 def webhook_next_due():
     """When the soonest pending delivery is due (None: nothing pending)."""
     return (
-        WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING)
+        WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, webhook__is_active=True)
         .order_by("next_attempt_at")
         .values_list("next_attempt_at", flat=True)
         .first()

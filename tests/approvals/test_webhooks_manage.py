@@ -192,3 +192,18 @@ def test_an_admins_browser_session_registers_only_after_a_recent_password(client
     session.save()
     assert browser.post(HOOKS, BODY).status_code == 201
     assert AuditEvent.objects.get(action="webhook.created").actor_key is None
+
+
+def test_a_deleted_webhooks_delivery_is_never_sent_even_if_left_pending(manage_admin, created):
+    """A delivery being sent while its webhook is deleted is not retried afterwards: the
+    sender takes only live webhooks' deliveries, and its outcome does not undo the give-up."""
+    manage_admin.post(f"{HOOKS}/{created['id']}/test")
+    delivery = WebhookDelivery.objects.get()
+    manage_admin.delete(f"{HOOKS}/{created['id']}")
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(status=DeliveryStatus.PENDING)
+    receiver = Receiver()
+    assert webhooks.webhook_deliveries_run_due(client=receiver.client()) == 0
+    assert receiver.requests == [] and webhooks.webhook_next_due() is None
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(status=DeliveryStatus.FAILED)
+    webhooks._record(delivery, 200, "", delivery.created_at)  # an attempt that was in flight
+    assert WebhookDelivery.objects.get().status == DeliveryStatus.FAILED
