@@ -1,56 +1,95 @@
-"""Webhooks over the wire (`manage` scope, `admin`): registering an endpoint. The management
-issue adds the list, deletion and the deliveries; the model and the service are in place."""
+"""Webhooks over the wire (`manage` scope with `admin`, or an admin's browser session):
+register, list, delete, and each one's deliveries. Handlers only translate."""
 
-from datetime import datetime
-from typing import Literal
+from ninja import Query, Router
 
-from ninja import Router
-from pydantic import ConfigDict
-from pydantic.alias_generators import to_camel
-
-from approvals.services.webhooks import webhook_create, webhook_resource
-from console.auth import manage_admin_auth
-from console.schemas import CamelSchema, errors
+from approvals import schemas_webhooks as s
+from approvals import selectors_webhooks as selectors
+from approvals.services import webhooks as services
+from console import access, signin
+from console.auth import CapableSession, PrincipalKeyAuth
+from console.models import ApiKey
+from console.schemas import errors
 
 router = Router(tags=["webhooks"])
 
-
-class WebhookIn(CamelSchema):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
-
-    url: str
-    events: list[str]
-    format: Literal["gavel"] = "gavel"
+ADMIN = [PrincipalKeyAuth("manage", "admin"), CapableSession("admin")]
 
 
-class WebhookOut(CamelSchema):
-    id: str
-    url: str
-    events: list[str]
-    format: str
-    active: bool
-    created_at: datetime
+def _actor(request) -> dict:
+    """Who acts, for the audit row: the principal, and the key when a key acted."""
+    viewer = request.auth
+    key = viewer if isinstance(viewer, ApiKey) else None
+    return {"principal": access.acting_principal(viewer), "key": key}
 
 
-class WebhookCreatedOut(WebhookOut):
-    secret: str  # the signing secret, shown this once
+@router.get(
+    "/webhooks",
+    auth=ADMIN,
+    response={200: s.WebhookListOut, **errors(422)},
+    by_alias=True,
+    summary="The tenant's webhooks, newest first (deleted ones are not listed; no secrets)",
+)
+def webhooks_index(request, query: Query[s.ListQuery]):
+    page = selectors.webhooks_page(viewer=request.auth, **query.model_dump())
+    items = [services.webhook_resource(w) for w in page["items"]]
+    return {"items": items, "next_cursor": page["next_cursor"]}
 
 
 @router.post(
     "/webhooks",
-    auth=manage_admin_auth,
-    response={201: WebhookCreatedOut, **errors(413, 422)},
+    auth=ADMIN,
+    response={201: s.WebhookCreatedOut, **errors(413, 422)},
     by_alias=True,
-    summary="Register a webhook endpoint (admin); the signing secret is answered once",
+    summary="Register a webhook endpoint (admin; a browser needs a recent password); the "
+    "signing secret is answered once",
 )
-def webhooks_create(request, payload: WebhookIn):
-    key = request.auth
-    webhook, secret = webhook_create(
-        tenant=key.tenant,
+def webhooks_create(request, payload: s.WebhookIn):
+    signin.require_recent_auth_api(request)
+    webhook, secret = services.webhook_create(
+        tenant=request.auth.tenant,
         url=payload.url,
         events=payload.events,
         format=payload.format,
-        principal=key.principal,
-        key=key,
+        **_actor(request),
     )
-    return 201, {**webhook_resource(webhook), "secret": secret}
+    return 201, {**services.webhook_resource(webhook), "secret": secret}
+
+
+@router.delete(
+    "/webhooks/{webhook_id}",
+    auth=ADMIN,
+    response={204: None, **errors(404)},
+    summary="Delete a webhook: it hears nothing more, pending deliveries are given up",
+)
+def webhooks_delete(request, webhook_id: str):
+    webhook = access.webhook_for(viewer=request.auth, webhook_id=webhook_id)
+    services.webhook_delete(webhook=webhook, **_actor(request))
+    return 204, None
+
+
+@router.get(
+    "/webhooks/{webhook_id}/deliveries",
+    auth=ADMIN,
+    response={200: s.DeliveryListOut, **errors(404, 422)},
+    by_alias=True,
+    summary="A webhook's deliveries, newest first, with attempts, last status and state",
+)
+def webhooks_deliveries(request, webhook_id: str, query: Query[s.ListQuery]):
+    webhook = access.webhook_for(viewer=request.auth, webhook_id=webhook_id)
+    page = selectors.webhook_deliveries_page(webhook=webhook, **query.model_dump())
+    items = [services.webhook_delivery_resource(d) for d in page["items"]]
+    return {"items": items, "next_cursor": page["next_cursor"]}
+
+
+@router.post(
+    "/webhooks/{webhook_id}/test",
+    auth=ADMIN,
+    response={201: s.DeliveryOut, **errors(404)},
+    by_alias=True,
+    summary="Send a `webhook.test` event to this endpoint (a delivery like any other)",
+)
+def webhooks_test(request, webhook_id: str):
+    webhook = access.webhook_for(viewer=request.auth, webhook_id=webhook_id)
+    delivery = services.webhook_test_send(webhook=webhook, **_actor(request))
+    return 201, services.webhook_delivery_resource(delivery)

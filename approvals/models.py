@@ -184,7 +184,8 @@ class WebhookEvent(models.TextChoices):
 
 
 class WebhookFormat(models.TextChoices):
-    GAVEL = "gavel"  # the signed JSON body (docs/api.md); `slack` comes with Slack delivery
+    GAVEL = "gavel"  # the signed JSON body (docs/api.md)
+    SLACK = "slack"  # Slack Block Kit for an incoming-webhook URL (its body: issue 16)
 
 
 def new_webhook_id() -> str:

@@ -11,7 +11,7 @@ from fnmatch import fnmatchcase
 
 from django.db.models import OuterRef, QuerySet, Subquery
 
-from approvals.models import Approval, Rule, RuleVersion
+from approvals.models import Approval, Rule, RuleVersion, Webhook
 from budgets.models import OVERRIDE_TOOL, Budget
 from console.errors import Forbidden, NotFound
 from console.models import CAPABILITIES, ApiKey, Principal, Role, Team
@@ -399,3 +399,56 @@ def directory_for(*, viewer: Viewer, kind: str, name: str):
         raise NotFound(f"no {kind} '{name}'", code=code)
     require_capability(viewer, "admin")
     return found
+
+
+def keys_of(*, viewer: Viewer) -> QuerySet:
+    """The tenant's API keys (revoked and expired ones too), for an admin."""
+    require_capability(viewer, "admin")
+    return ApiKey.objects.filter(tenant_id=viewer.tenant_id).select_related("principal")
+
+
+def key_in_tenant(*, tenant_id: int, key_id: str) -> None:
+    """NotFound unless this tenant holds a key with this wire id (the API's 404 check)."""
+    if not ApiKey.objects.filter(tenant_id=tenant_id, public_id=key_id).exists():
+        raise NotFound(f"no API key '{key_id}'", code="key_not_found")
+
+
+def key_for(*, viewer: Viewer, key_id: str) -> ApiKey:
+    """One API key of the viewer's tenant: NotFound outside it, Forbidden without admin."""
+    key = (
+        ApiKey.objects.select_related("principal", "tenant")
+        .filter(tenant_id=viewer.tenant_id, public_id=key_id)
+        .first()
+    )
+    if key is None:
+        raise NotFound(f"no API key '{key_id}'", code="key_not_found")
+    require_capability(viewer, "admin")
+    return key
+
+
+def webhooks_of(*, viewer: Viewer) -> QuerySet:
+    """The tenant's registered (not deleted) webhooks, for an admin."""
+    require_capability(viewer, "admin")
+    return Webhook.objects.filter(tenant_id=viewer.tenant_id, is_active=True)
+
+
+def webhook_in_tenant(*, tenant_id: int, webhook_id: str) -> None:
+    """NotFound unless this tenant holds a live webhook with this id (the API's 404 check)."""
+    if not Webhook.objects.filter(
+        tenant_id=tenant_id, public_id=webhook_id, is_active=True
+    ).exists():
+        raise NotFound(f"no webhook '{webhook_id}'", code="webhook_not_found")
+
+
+def webhook_for(*, viewer: Viewer, webhook_id: str) -> Webhook:
+    """One live webhook of the viewer's tenant (a deleted one is gone): NotFound outside it,
+    Forbidden without admin."""
+    webhook = (
+        Webhook.objects.select_related("tenant")
+        .filter(tenant_id=viewer.tenant_id, public_id=webhook_id, is_active=True)
+        .first()
+    )
+    if webhook is None:
+        raise NotFound(f"no webhook '{webhook_id}'", code="webhook_not_found")
+    require_capability(viewer, "admin")
+    return webhook

@@ -37,6 +37,8 @@ WIRE_PATH_PARAMS = {
     "principal_id": "principalId",
     "role_name": "name",
     "team_name": "name",
+    "key_id": "keyId",
+    "webhook_id": "webhookId",
 }
 
 
@@ -113,6 +115,10 @@ def _check_path_objects(request) -> None:
     ):
         if param in kwargs:
             access.directory_in_tenant(tenant_id=tenant_id, kind=kind, name=kwargs[param])
+    if "key_id" in kwargs:
+        access.key_in_tenant(tenant_id=tenant_id, key_id=kwargs["key_id"])
+    if "webhook_id" in kwargs:
+        access.webhook_in_tenant(tenant_id=tenant_id, webhook_id=kwargs["webhook_id"])
 
 
 def _field_path(loc) -> str:

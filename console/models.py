@@ -117,10 +117,12 @@ def _hash_key(raw: str) -> str:
 
 class ApiKeyQuerySet(models.QuerySet):
     def for_raw_key(self, raw: str):
-        """The live key for a bearer token, or None. Keys are stored as SHA-256 only."""
+        """The live key for a bearer token, or None (revoked, or past its `expires_at`). Keys
+        are stored as SHA-256 only."""
+        live = models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=timezone.now())
         return (
             self.select_related("tenant", "principal")
-            .filter(key_hash=_hash_key(raw), revoked_at__isnull=True)
+            .filter(live, key_hash=_hash_key(raw), revoked_at__isnull=True)
             .first()
         )
 

@@ -42,6 +42,7 @@ MAX_ATTEMPTS = outbox.MAX_ATTEMPTS
 LEASE = outbox.LEASE
 TIMEOUT_SECONDS = 10
 URL_MAX_LENGTH = 500
+TEST_EVENT = "webhook.test"  # "send test event": to one endpoint, never subscribed to
 kick_worker = outbox.kick  # wakes the outbox thread (webhooks and mail)
 stop_worker = outbox.stop
 
@@ -127,17 +128,87 @@ def webhook_create(
     webhook = Webhook.objects.create(
         tenant=tenant, url=url, secret=secret, events=events, format=format
     )
-    after = {k: v for k, v in webhook_resource(webhook).items() if k != "created_at"}
+    _audit(webhook, "webhook.created", principal=principal, key=key, before=None)
+    return webhook, secret
+
+
+def _wire(webhook: Webhook) -> dict:
+    """The webhook's wire form for the audit row (camelCase, ISO time, never the secret)."""
+    resource = webhook_resource(webhook)
+    return {
+        **{k: v for k, v in resource.items() if k != "created_at"},
+        "createdAt": webhook.created_at.isoformat(),
+    }
+
+
+def _audit(webhook, action, *, principal, key, before, after=..., data=None) -> None:
     audit(
-        tenant=tenant,
-        action="webhook.created",
+        tenant=webhook.tenant,
+        action=action,
         object_type="webhook",
         object_id=webhook.public_id,
         principal=principal,
         key=key,
-        data={"before": None, "after": after},
+        data={**(data or {}), "before": before, "after": _wire(webhook) if after is ... else after},
     )
-    return webhook, secret
+
+
+@transaction.atomic
+def webhook_delete(*, webhook: Webhook, principal=None, key=None) -> Webhook:
+    """DELETE /webhooks/{id}: the endpoint hears nothing more. The row is kept (inactive, no
+    longer listed) with its deliveries' history; deliveries still pending are given up
+    (`failed`, "webhook deleted"). Audited `webhook.deleted` (before → after)."""
+    webhook = Webhook.objects.select_for_update().select_related("tenant").get(pk=webhook.pk)
+    if not webhook.is_active:
+        return webhook
+    before = _wire(webhook)
+    webhook.is_active = False
+    webhook.save(update_fields=["is_active"])
+    WebhookDelivery.objects.filter(webhook=webhook, status=DeliveryStatus.PENDING).update(
+        status=DeliveryStatus.FAILED, last_error="webhook deleted"
+    )
+    _audit(webhook, "webhook.deleted", principal=principal, key=key, before=before)
+    return webhook
+
+
+@transaction.atomic
+def webhook_test_send(*, webhook: Webhook, principal=None, key=None) -> WebhookDelivery:
+    """ "Send test event": one `webhook.test` delivery to this endpoint alone, through the same
+    durable outbox as every event (signed, retried, recorded). Its body: `{"event":
+    "webhook.test", "deliveryId", "webhook": {"id", "url"}, "sentAt"}`. Audited
+    `webhook.tested`."""
+    payload = {
+        "webhook": {"id": webhook.public_id, "url": webhook.url},
+        "sentAt": timezone.now().isoformat(),
+    }
+    (delivery,) = _deliveries_create(hooks=[webhook], event=TEST_EVENT, payloads=[payload])
+    _audit(
+        webhook,
+        "webhook.tested",
+        principal=principal,
+        key=key,
+        before=None,
+        after=None,
+        data={"deliveryId": delivery.delivery_id},
+    )
+    return delivery
+
+
+def webhook_delivery_resource(delivery: WebhookDelivery) -> dict:
+    """One delivery as GET /webhooks/{id}/deliveries shows it (not its body)."""
+    return {
+        "id": delivery.delivery_id,
+        "event": delivery.event,
+        "state": delivery.status,
+        "attempts": delivery.attempts,
+        "last_status_code": delivery.last_status_code,
+        "last_error": delivery.last_error or None,
+        "created_at": delivery.created_at,
+        "next_attempt_at": delivery.next_attempt_at
+        if delivery.status == DeliveryStatus.PENDING
+        else None,
+        "delivered_at": delivery.delivered_at,
+    }
 
 
 def _approval_payload(approval, costs: dict) -> dict:
@@ -251,14 +322,15 @@ def _record(delivery, status_code, error, now) -> None:
         fields.update(status=DeliveryStatus.FAILED)
     else:
         fields.update(next_attempt_at=retry_at)
-    WebhookDelivery.objects.filter(pk=delivery.pk).update(**fields)
+    # Still pending: a webhook deleted meanwhile gave the delivery up, and that stands.
+    WebhookDelivery.objects.filter(pk=delivery.pk, status=DeliveryStatus.PENDING).update(**fields)
 
 
 def webhook_deliveries_run_due(*, now=None, client: httpx.Client | None = None, limit=50) -> int:
     """Attempt every due delivery once. Returns how many were attempted."""
     now = now or timezone.now()
     due = WebhookDelivery.objects.select_related("webhook").filter(
-        status=DeliveryStatus.PENDING, next_attempt_at__lte=now
+        status=DeliveryStatus.PENDING, next_attempt_at__lte=now, webhook__is_active=True
     )
     attempted = 0
     owns_client = client is None
@@ -279,7 +351,7 @@ def webhook_deliveries_run_due(*, now=None, client: httpx.Client | None = None, 
 def webhook_next_due():
     """When the soonest pending delivery is due (None: nothing pending)."""
     return (
-        WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING)
+        WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, webhook__is_active=True)
         .order_by("next_attempt_at")
         .values_list("next_attempt_at", flat=True)
         .first()

@@ -20,6 +20,7 @@ from console.models import (
     Team,
     Tenant,
 )
+from console.services.wire import actor_fields, api_key_resource
 
 
 def audit(
@@ -297,10 +298,20 @@ def principal_get(*, tenant: Tenant, external_id: str) -> Principal:
 
 @transaction.atomic
 def api_key_create(
-    *, tenant: Tenant, name: str, scopes: list[str], principal: Principal | None = None
+    *,
+    tenant: Tenant,
+    name: str,
+    scopes: list[str],
+    principal: Principal | None = None,
+    expires_at=None,
+    rate_per_minute: int | None = None,
+    rate_burst: int | None = None,
+    actor=None,
 ) -> tuple[ApiKey, str]:
     """A new key (always new; names need not be unique). Returns the key and its raw value,
-    which is shown once and never stored."""
+    which is shown once and never stored. `actor`: who made it (a Principal, or a `manage`
+    ApiKey acting as its principal; None: a provisioning command). Audited `apikey.created`
+    with the key's wire form (console/services/keys.py) as `after`."""
     if not name:
         raise Invalid("a key needs a name")
     if not scopes:
@@ -321,13 +332,18 @@ def api_key_create(
         key_prefix=prefix,
         scopes=sorted(set(scopes)),
         principal=principal,
+        expires_at=expires_at,
+        rate_per_minute=rate_per_minute,
+        rate_burst=rate_burst,
     )
     audit(
         tenant=tenant,
         action="apikey.created",
         object_type="apikey",
-        object_id=key.pk,
-        data={"name": name, "scopes": key.scopes, "principal": principal and principal.external_id},
+        object_id=key.public_id,
+        data={"before": None},
+        after=api_key_resource(key, wire=True),
+        **actor_fields(actor),
     )
     return key, raw
 

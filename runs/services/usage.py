@@ -13,9 +13,11 @@ from types import SimpleNamespace
 from zoneinfo import ZoneInfo
 
 from django.db import connection, transaction
+from django.dispatch import receiver
 from django.utils import timezone
 
 from console.models import Principal, Tenant
+from console.services.tenant import tenant_time_zone_changed
 from runs.models import Agent, Run, Step, UsageAdjustment, UsageDaily
 
 LIVE_MODELS = SimpleNamespace(
@@ -130,3 +132,9 @@ def _rebuild_python(*, tenant_id: int, zone: str, m) -> int:
         batch_size=1000,
     )
     return len(sums)
+
+
+@receiver(tenant_time_zone_changed, dispatch_uid="gavel-usage-time-zone")
+def _time_zone_changed(sender, tenant, **kwargs):
+    """A tenant's days moved: rebuild its rollups in the transaction that moved them."""
+    usage_rollups_rebuild(tenant=tenant)

@@ -63,7 +63,7 @@ def test_http_urls_only_with_the_development_switch(manage_admin, settings):
         ({**BODY, "url": "https:///no-host"}, "url", "https://"),
         ({**BODY, "url": "https://h.example:99999/"}, "url", "not a URL"),
         ({**BODY, "url": "https://h.example/" + "a" * 500}, "url", "500"),
-        ({**BODY, "format": "slack"}, "format", ""),
+        ({**BODY, "format": "teams"}, "format", ""),
         ({**BODY, "secret": "mine"}, "secret", ""),
         ({"events": BODY["events"]}, "url", ""),
         ({**BODY, "events": "budget.threshold_crossed"}, "events", ""),
