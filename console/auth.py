@@ -31,6 +31,7 @@ class KeyAuth(HttpBearer):
         key = ApiKey.objects.for_raw_key(token)
         if key is None:
             return None
+        request.gavel_actor = key  # who a refusal below is audited for (console/api.py)
         access.require_scope(key, self.scope)
         wait = ratelimit.take(key.pk, per_minute=key.rate_per_minute, burst=key.rate_burst)
         if wait:
@@ -88,6 +89,7 @@ class BrowserSession(APIKeyCookie):
         principal = access.principal_for_user(request)
         if principal is None:
             raise Forbidden("this account is not an active principal of any tenant")
+        request.gavel_actor = principal  # who a refusal below is audited for (console/api.py)
         return principal
 
 
