@@ -6,6 +6,7 @@ import csv
 import io
 import json
 from collections.abc import Iterator, Mapping
+from urllib.parse import urlencode
 
 from django.db.models import Q
 from pydantic import ValidationError
@@ -240,3 +241,44 @@ def audit_diff(before, after) -> list[dict]:
 
 
 _ABSENT = object()
+
+
+# --- the /manage/audit/ page ---
+
+FORM_FIELDS = ("action", "actorId", "objectType", "objectId", "from", "to")
+
+
+def audit_page_context(*, viewer, params: Mapping) -> dict:
+    """Everything /manage/audit/ shows: the filters as typed, one page of entries (each with
+    its before → after rows), the next page's and the exports' links, the retention."""
+    typed = {name: params.get(name, "") for name in FORM_FIELDS}
+    kept = {name: value for name, value in typed.items() if value}
+    context = {
+        "typed": typed,
+        "filtered": bool(kept),
+        "retention_days": viewer.tenant.audit_retention_days,
+        "known_actions": list(
+            AuditEvent.objects.filter(tenant_id=viewer.tenant_id)
+            .order_by("action")
+            .values_list("action", flat=True)
+            .distinct()
+        ),
+        "csv_url": "/api/v1/audit?" + urlencode({**kept, "format": "csv"}),
+        "jsonl_url": "/api/v1/audit?" + urlencode({**kept, "format": "jsonl"}),
+    }
+    try:
+        filters = audit_filters({**kept, "cursor": params.get("cursor", "")})
+    except Invalid as error:
+        return {**context, "filter_error": error, "entries": [], "next_url": None}
+    page = audit_list(viewer=viewer, filters=filters)
+    for entry in page["items"]:
+        entry["diff"] = audit_diff(entry["before"], entry["after"])
+    next_url = None
+    if page["next_cursor"]:
+        next_url = "/manage/audit/?" + urlencode({**kept, "cursor": page["next_cursor"]})
+    return {
+        **context,
+        "entries": page["items"],
+        "next_url": next_url,
+        "first_page_url": "/manage/audit/?" + urlencode(kept) if params.get("cursor") else None,
+    }
