@@ -44,8 +44,9 @@ BEGIN
          = (to_jsonb(OLD) - 'chain_seq' - 'prev_hash' - 'hash') THEN
         RETURN NEW;  -- sealing an unsealed entry into its tenant's chain, nothing else
     END IF;
-    RAISE EXCEPTION 'audit events are append-only (% refused)', TG_OP
-        USING ERRCODE = 'insufficient_privilege';
+    RAISE EXCEPTION USING
+        MESSAGE = 'audit events are append-only (' || TG_OP || ' refused)',
+        ERRCODE = 'insufficient_privilege';
 END;
 $$ LANGUAGE plpgsql;
 CREATE TRIGGER console_auditevent_append_only
