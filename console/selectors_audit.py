@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator, Mapping
 from urllib.parse import urlencode
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Q
 from pydantic import ValidationError
 
@@ -33,6 +34,7 @@ CSV_COLUMNS = [
     "userAgent",
 ]
 EXPORT_CHUNK = 1000
+_TIME = DjangoJSONEncoder()
 
 
 def _invalid(details: list[dict]):
@@ -168,7 +170,7 @@ def _wire(resource: dict) -> dict:
     actor = resource["actor"]
     return {
         "id": resource["id"],
-        "at": resource["at"].isoformat().replace("+00:00", "Z"),
+        "at": _TIME.default(resource["at"]),  # as the JSON list writes it (milliseconds, Z)
         "action": resource["action"],
         "actor": {
             "principalId": actor["principal_id"],
