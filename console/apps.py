@@ -7,8 +7,8 @@ class ConsoleConfig(AppConfig):
 
     def ready(self):
         # Socket hygiene: sign-out and deactivation close the user's sockets (receivers there);
-        # every sign-in records its time in the session (console.signin's receiver); audit
-        # entries are sealed into their tenant's chain by the outbox thread and the sweep.
+        # every sign-in records its time in the session (console.signin's receiver); the sweep
+        # seals audit entries whose commit-time seal was skipped (console.services.auditlog).
         from console import checks, outbox, realtime, signin  # noqa: F401
         from console.services import auditlog
 
@@ -16,6 +16,6 @@ class ConsoleConfig(AppConfig):
             outbox.Sender(
                 name="audit entries sealed",
                 run_due=auditlog.audit_seal_due,
-                next_due=lambda: None,  # woken on commit; nothing waits for a time
+                next_due=lambda: None,  # sealed on commit; the sweep only catches up
             )
         )

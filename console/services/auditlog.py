@@ -8,7 +8,7 @@ from datetime import timedelta
 from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
-from console import auditchain, links, outbox, signin
+from console import auditchain, links, signin
 from console.models import ApiKey, AuditEvent, AuditRefusalThrottle, Tenant
 
 log = logging.getLogger(__name__)
@@ -73,20 +73,48 @@ def audit(
         ip=ip,
         user_agent=(user_agent or "")[: auditchain.USER_AGENT_MAX] or None,
     )
-    transaction.on_commit(outbox.kick)  # the outbox thread seals it (audit_seal_due)
+    _seal_on_commit(entry.tenant_id)
     return entry
+
+
+def _seal_on_commit(tenant_id: int) -> None:
+    """Once per transaction and tenant: seal right after commit (skipped, never waited for,
+    while another process seals the tenant; the sweep and the next seal catch up)."""
+    connection = transaction.get_connection()
+    if any(
+        getattr(func, "gavel_seal_tenant", None) == tenant_id
+        for _, func, _ in connection.run_on_commit
+    ):
+        return
+
+    def seal():
+        try:
+            audit_seal(tenant_id=tenant_id, wait=False)
+        except DatabaseError:
+            log.warning("sealing tenant %s's audit entries failed; retried later", tenant_id)
+
+    seal.gavel_seal_tenant = tenant_id
+    transaction.on_commit(seal, robust=True)
 
 
 # --- the chain ---
 
 
-def audit_seal(*, tenant_id: int, limit: int = SEAL_BATCH) -> int:
+def audit_seal(*, tenant_id: int, limit: int = SEAL_BATCH, wait: bool = True) -> int:
     """Seal up to `limit` of the tenant's unsealed entries, in id order, into its chain. A
     short transaction of its own that holds the tenant's chain lock (its Tenant row) and no
     other lock, so it can neither deadlock with nor slow down the transactions that wrote the
-    entries. Returns how many it sealed."""
+    entries. `wait=False`: give up at once when another sealer holds the lock. Returns how
+    many it sealed."""
     with transaction.atomic():
-        Tenant.objects.select_for_update().filter(pk=tenant_id).values_list("pk").first()
+        locked = (
+            Tenant.objects.select_for_update(skip_locked=not wait)
+            .filter(pk=tenant_id)
+            .values_list("pk")
+            .first()
+        )
+        if locked is None:
+            return 0
         head = (
             AuditEvent.objects.filter(tenant_id=tenant_id, hash__isnull=False)
             .order_by("-chain_seq")
@@ -109,9 +137,9 @@ def audit_seal(*, tenant_id: int, limit: int = SEAL_BATCH) -> int:
 
 
 def audit_seal_due(*, now=None, limit: int = SEAL_BATCH) -> int:
-    """Seal every tenant's unsealed entries (the outbox thread after each commit, and the
-    sweep `expire_approvals --loop` after a crash). A tenant whose seal fails (a lock that
-    timed out, SQLite busy) is left for the next round."""
+    """Seal every tenant's unsealed entries: the sweep `expire_approvals --loop` (through
+    console.outbox), for entries whose commit-time seal was skipped or lost in a crash. A
+    tenant whose seal fails (SQLite busy) is left for the next round."""
     sealed = 0
     tenants = (
         AuditEvent.objects.filter(hash__isnull=True).values_list("tenant_id", flat=True).distinct()
