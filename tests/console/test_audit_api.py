@@ -222,3 +222,11 @@ def test_verify_answers_ok_then_names_a_tampered_entry(admin_api, tenant_a):
         )
     body = admin_api.get("/api/v1/audit/verify").json()
     assert body["ok"] is False and body["firstBadId"] == f"aud_{made[1].pk}"
+
+
+def test_openapi_describes_the_audit_operations_as_the_contract_names_them(client):
+    schema = client.get("/api/v1/openapi.json").json()
+    listing = schema["paths"]["/api/v1/audit"]["get"]
+    names = {p["name"] for p in listing["parameters"]}
+    assert {"action", "actorId", "objectType", "objectId", "from", "to", "limit", "cursor"} <= names
+    assert "format" in names and "/api/v1/audit/verify" in schema["paths"]
