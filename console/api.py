@@ -217,11 +217,11 @@ def on_http_error(request, exc: HttpError):
         return error_response(
             request, 422, "validation_error", "the body is not valid JSON", details
         )
-    code = {400: "bad_request", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}.get(
+    code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}.get(
         exc.status_code, "error"
     )
     if exc.status_code == 403:  # ninja's CSRF check of a browser session
-        _audit_refusal(request, code, str(exc.message))
+        _audit_refusal(request, "csrf_failed", str(exc.message))
     return error_response(request, exc.status_code, code, exc.message)
 
 

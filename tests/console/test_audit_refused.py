@@ -55,6 +55,7 @@ def test_a_browser_session_without_csrf_is_audited(tenant_a, lead_a):
     assert response.status_code == 403
     (entry,) = refusals(tenant=tenant_a)
     assert entry.actor_principal == lead_a and entry.data["method"] == "POST"
+    assert entry.data["code"] == "csrf_failed"
 
 
 @pytest.mark.django_db
