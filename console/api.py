@@ -130,7 +130,10 @@ def _refusal_actor(request):
 
 def _audit_refusal(request, code: str, message: str) -> None:
     """Every 403 of the API is audited `authz.refused` (rate-limited, console.services.auditlog).
-    On the async path (the held long-poll) it is written from a worker thread."""
+    The held long-poll's key check audits its own refusal in its worker thread (console.auth);
+    any other refusal on the async path is written from a worker thread."""
+    if getattr(request, "gavel_refusal_audited", False):
+        return
     facts = {
         "path": request.path,
         "method": request.method,
