@@ -19,7 +19,14 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 @admin.register(AuditEvent)
 class AuditEventAdmin(admin.ModelAdmin):
-    list_display = ["at", "tenant", "action", "object_type", "object_id"]
+    """Read-only: the log is append-only (no add, change or delete, no bulk actions)."""
+
+    list_display = ["at", "tenant", "action", "object_type", "object_id", "actor_rule", "ip"]
+    list_filter = ["tenant", "action"]
+    actions = None
+
+    def has_add_permission(self, request):
+        return False
 
     def has_change_permission(self, request, obj=None):
         return False

@@ -5,9 +5,11 @@ Handlers only translate between the wire (camelCase schemas) and services; domai
 exceptions (console.errors) mapped here, once.
 """
 
+import asyncio
+
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, connection
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
@@ -17,12 +19,13 @@ from approvals.api import router as approvals_router
 from approvals.api_rules import router as rules_router
 from approvals.api_webhooks import router as webhooks_router
 from budgets.api import router as budgets_router
-from console import access
+from console import access, signin
 from console.api_audit import router as audit_router
 from console.api_directory import router as directory_router
 from console.api_keys import router as keys_router
 from console.errors import GavelError
 from console.schemas import strict_json
+from console.services.auditlog import audit_refused
 from notifications.api import router as notifications_router
 from runs.api import router as runs_router
 from runs.api_state import router as runs_state_router
@@ -132,8 +135,48 @@ def _field_path(loc) -> str:
     return ".".join(parts) or "body"
 
 
+def _refusal_actor(request):
+    """Who was refused: the key or principal the auth classes found (console.auth leaves it on
+    the request even when it then refuses it), else the signed-in browser's principal."""
+    actor = getattr(request, "auth", None) or getattr(request, "gavel_actor", None)
+    if actor is None and getattr(request, "user", None) and request.user.is_authenticated:
+        actor = access.principal_for_user(request)
+    return actor
+
+
+def _audit_refusal(request, code: str, message: str) -> None:
+    """Every 403 of the API is audited `authz.refused` (rate-limited, console.services.auditlog).
+    The held long-poll's key check audits its own refusal in its worker thread (console.auth);
+    any other refusal on the async path is written from a worker thread."""
+    if getattr(request, "gavel_refusal_audited", False):
+        return
+    facts = {
+        "path": request.path,
+        "method": request.method,
+        "reason": message,
+        "code": code,
+        "ip": signin.client_address(request),
+        "user_agent": request.META.get("HTTP_USER_AGENT") or None,
+    }
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        audit_refused(actor=_refusal_actor(request), **facts)
+        return
+
+    def record():
+        try:
+            audit_refused(actor=_refusal_actor(request), **facts)
+        finally:
+            connection.close()
+
+    loop.run_in_executor(None, record)
+
+
 @api.exception_handler(GavelError)
 def on_gavel_error(request, exc: GavelError):
+    if exc.status == 403:
+        _audit_refusal(request, exc.code, exc.message)
     headers = {}
     if getattr(exc, "retry_after", None):
         headers["Retry-After"] = str(exc.retry_after)
@@ -196,6 +239,8 @@ def on_http_error(request, exc: HttpError):
     code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}.get(
         exc.status_code, "error"
     )
+    if exc.status_code == 403:  # ninja's CSRF check of a browser session
+        _audit_refusal(request, "csrf_failed", str(exc.message))
     return error_response(request, exc.status_code, code, exc.message)
 
 

@@ -1,5 +1,52 @@
-"""The audit log over the wire (`manage` scope, `admin`): list, CSV/JSONL export, verify."""
+"""The audit log over the wire (`manage` scope, `admin`): list, CSV/JSONL export, verify.
+A `manage` key acting as its principal, or a signed-in browser session; handlers translate."""
 
-from ninja import Router
+from django.http import StreamingHttpResponse
+from ninja import Query, Router
+
+from console import schemas as s
+from console import selectors_audit as selectors
+from console.auth import CapableSession, PrincipalKeyAuth
+from console.schemas import errors
+from console.services.auditlog import audit_verify
 
 router = Router(tags=["audit log"])
+
+ADMIN = [PrincipalKeyAuth("manage", "admin"), CapableSession("admin")]
+EXPORTS = {
+    "csv": ("text/csv; charset=utf-8", selectors.audit_csv_lines),
+    "jsonl": ("application/x-ndjson; charset=utf-8", selectors.audit_jsonl_lines),
+}
+
+
+@router.get(
+    "/audit",
+    auth=ADMIN,
+    response={200: s.AuditListOut, **errors(422)},
+    by_alias=True,
+    summary="The tenant's audit log, newest first, keyset pages "
+    "(`format=csv|jsonl`: every matching entry, streamed)",
+)
+def audit_index(request, query: Query[s.AuditQuery]):
+    filters = selectors.audit_query_check(query)
+    export = EXPORTS.get(filters.pop("format"))
+    if export is None:
+        return selectors.audit_list(viewer=request.auth, filters=filters)
+    content_type, lines = export
+    response = StreamingHttpResponse(
+        lines(viewer=request.auth, filters=filters), content_type=content_type
+    )
+    extension = "csv" if content_type.startswith("text/csv") else "jsonl"
+    response["Content-Disposition"] = f'attachment; filename="audit.{extension}"'
+    return response
+
+
+@router.get(
+    "/audit/verify",
+    auth=ADMIN,
+    response={200: s.AuditVerifyOut, **errors()},
+    by_alias=True,
+    summary="Check the tenant's hash chain: every entry's hash, its link, none missing",
+)
+def audit_verify_chain(request):
+    return audit_verify(tenant=request.auth.tenant)

@@ -12,10 +12,11 @@ from django.conf import settings
 from django.utils import timezone
 from ninja.security import APIKeyCookie, HttpBearer
 
-from console import access, ratelimit
+from console import access, ratelimit, signin
 from console.db import released
 from console.errors import Forbidden, RateLimited
 from console.models import ApiKey
+from console.services.auditlog import audit_refused
 
 LAST_USED_RESOLUTION = timedelta(seconds=60)
 
@@ -31,6 +32,7 @@ class KeyAuth(HttpBearer):
         key = ApiKey.objects.for_raw_key(token)
         if key is None or (key.principal is not None and not key.principal.is_active):
             return None  # a key bound to a deactivated principal is 401, whatever its scopes
+        request.gavel_actor = key  # who a refusal below is audited for (console/api.py)
         access.require_scope(key, self.scope)
         wait = ratelimit.take(key.pk, per_minute=key.rate_per_minute, burst=key.rate_burst)
         if wait:
@@ -50,7 +52,25 @@ class HeldKeyAuth(KeyAuth):
     is_async = True
 
     async def __call__(self, request):
-        return await released(KeyAuth.__call__)(self, request)
+        return await released(self._checked)(request)
+
+    def _checked(self, request):
+        """The key check, with a refusal audited here, in the worker thread (console/api.py's
+        handler runs on the event loop, where the ORM may not)."""
+        try:
+            return KeyAuth.__call__(self, request)
+        except Forbidden as exc:
+            audit_refused(
+                actor=getattr(request, "gavel_actor", None),
+                path=request.path,
+                method=request.method,
+                reason=exc.message,
+                code=exc.code,
+                ip=signin.client_address(request),
+                user_agent=request.META.get("HTTP_USER_AGENT") or None,
+            )
+            request.gavel_refusal_audited = True
+            raise
 
 
 class PrincipalKeyAuth(KeyAuth):
@@ -88,6 +108,7 @@ class BrowserSession(APIKeyCookie):
         principal = access.principal_for_user(request)
         if principal is None:
             raise Forbidden("this account is not an active principal of any tenant")
+        request.gavel_actor = principal  # who a refusal below is audited for (console/api.py)
         return principal
 
 

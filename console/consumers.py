@@ -31,8 +31,9 @@ from django.conf import settings
 from django.template.loader import render_to_string
 
 from approvals.selectors import nav_pending_count_context
-from console import access, realtime
+from console import access, auditchain, realtime, signin
 from console.errors import Forbidden, NotFound
+from console.services.auditlog import audit_refused
 from notifications.selectors import nav_unread_count_context
 
 log = logging.getLogger(__name__)
@@ -160,6 +161,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.recent: OrderedDict = OrderedDict()  # message ids handled (a socket in 2 groups)
         self.backlog: list | None = []  # events heard before the state was sent (then None)
         self.session_key = getattr(self.scope.get("session"), "session_key", None)
+        auditchain.current_origin.set(origin(self.scope))  # for what the socket audits
         try:
             groups = await database_sync_to_async(self._authorize)()
         except Refused as refused:
@@ -216,7 +218,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
             return self.authorize()
         except NotFound:
             raise Refused(CLOSE_NOT_FOUND) from None
-        except Forbidden:
+        except Forbidden as exc:
+            if self.backlog is not None:  # refused at connect (not a later re-check): audited
+                path = self.scope.get("path", "")
+                audit_refused(actor=viewer, path=path, method="WEBSOCKET", reason=exc.message)
             raise Refused(CLOSE_DENIED) from None
 
     def authorize(self) -> list[str]:
@@ -331,6 +336,28 @@ class LiveConsumer(AsyncWebsocketConsumer):
             return None
         access.roles_key(self.viewer)  # loads the roles here, in the worker thread
         return self.viewer
+
+
+class _ScopeMeta:
+    """A socket's scope seen as a request's META, for `signin.client_address`."""
+
+    def __init__(self, scope):
+        headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in scope.get("headers", [])
+        }
+        client = scope.get("client") or ("", 0)
+        self.META = {
+            "REMOTE_ADDR": client[0] or "",
+            "HTTP_X_FORWARDED_FOR": headers.get("x-forwarded-for", ""),
+            "HTTP_USER_AGENT": headers.get("user-agent", ""),
+        }
+
+
+def origin(scope) -> tuple[str, str | None]:
+    """A socket's address (GAVEL_TRUSTED_PROXIES honoured, as for requests) and user agent."""
+    meta = _ScopeMeta(scope)
+    return signin.client_address(meta), meta.META["HTTP_USER_AGENT"] or None
 
 
 def query(scope) -> dict[str, str]:

@@ -165,8 +165,32 @@ class ApiKey(models.Model):
         return scope in self.scopes
 
 
+class AppendOnly(ValueError):
+    """An attempt to change or delete an audit entry."""
+
+
+class AuditQuerySet(models.QuerySet):
+    """Audit entries are never updated or deleted through the ORM; the one write after insert
+    is sealing an unsealed entry into its tenant's chain (`seal`, console.services.auditlog)."""
+
+    def update(self, **kwargs):
+        raise AppendOnly("audit events are append-only")
+
+    def delete(self):
+        raise AppendOnly("audit events are append-only")
+
+    def seal(self, *, chain_seq: int, prev_hash: str | None, hash: str) -> int:  # noqa: A002
+        """Give one unsealed entry its place in the chain (the PostgreSQL trigger allows this
+        and nothing else)."""
+        return super(AuditQuerySet, self.filter(hash__isnull=True)).update(
+            chain_seq=chain_seq, prev_hash=prev_hash, hash=hash
+        )
+
+
 class AuditEvent(models.Model):
-    """Append-only: every decision and admin change. Rows are never updated or deleted."""
+    """Append-only: every decision, admin change and refusal. Rows are never updated (but
+    sealed once into the tenant's hash chain) or deleted; on PostgreSQL a trigger enforces it
+    (migration 0007). The actor is a principal and/or a key, or a rule (`rul_...`)."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="audit_events")
     at = models.DateTimeField(default=timezone.now, db_index=True)
@@ -177,20 +201,62 @@ class AuditEvent(models.Model):
     actor_key = models.ForeignKey(
         ApiKey, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
+    actor_rule = models.CharField(max_length=64, null=True, blank=True)  # a rule's public id
     object_type = models.CharField(max_length=64)
     object_id = models.CharField(max_length=255)
-    data = models.JSONField(default=dict)
+    data = models.JSONField(default=dict)  # other facts (a refusal's path, method, count ...)
+    before = models.JSONField(null=True, blank=True)  # the object's wire form before
+    after = models.JSONField(null=True, blank=True)  # ... and after the change
+    ip = models.CharField(max_length=64, null=True, blank=True)
+    user_agent = models.CharField(max_length=512, null=True, blank=True)
+    # The chain, set once after commit (console.services.auditlog.audit_seal): the entry's
+    # place in its tenant's chain, the hash of the entry before it, and its own hash.
+    chain_seq = models.BigIntegerField(null=True, blank=True)
+    prev_hash = models.CharField(max_length=64, null=True, blank=True)
+    hash = models.CharField(max_length=64, null=True, blank=True)
+
+    objects = AuditQuerySet.as_manager()
 
     class Meta:
-        indexes = [models.Index(fields=["tenant", "-at"], name="audit_tenant_at")]
+        indexes = [
+            models.Index(fields=["tenant", "-at"], name="audit_tenant_at"),
+            models.Index(fields=["tenant", "-id"], name="audit_tenant_id"),
+            models.Index(
+                fields=["tenant", "id"],
+                name="audit_unsealed",
+                condition=models.Q(hash__isnull=True),
+            ),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "chain_seq"], name="audit_chain_seq_unique")
+        ]
 
     def save(self, *args, **kwargs):
         if self.pk is not None:
-            raise ValueError("audit events are append-only")
+            raise AppendOnly("audit events are append-only")
         super().save(*args, **kwargs)
 
     def delete(self, *args, **kwargs):
-        raise ValueError("audit events are append-only")
+        raise AppendOnly("audit events are append-only")
+
+
+class AuditRefusalThrottle(models.Model):
+    """The `authz.refused` rate limit: one row per (tenant, actor, path), changed only under
+    its row lock. `pending` counts the refusals not yet written into an entry; an entry is
+    written when the last one is a minute old (console.services.auditlog.audit_refused)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    actor = models.CharField(max_length=64)  # "p<principal pk>:k<key pk>"
+    path = models.CharField(max_length=255)
+    pending = models.PositiveIntegerField(default=0)
+    audited_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "actor", "path"], name="audit_refusal_throttle_unique"
+            )
+        ]
 
 
 class SigninThrottle(models.Model):

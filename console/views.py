@@ -11,6 +11,7 @@ from django.shortcuts import redirect, render
 
 from console import access
 from console.errors import GavelError
+from console.services.auditlog import audit_refused
 
 NO_PRINCIPAL = (
     "You are signed in, but your account is not a principal of any tenant, so there is "
@@ -20,6 +21,15 @@ NO_PRINCIPAL = (
 
 
 def error_page(request, *, status: int, title: str, message: str):
+    """The error page. Every 403 of a signed-in principal is audited `authz.refused`
+    (rate-limited per principal and path); one without a principal has no tenant to log in."""
+    if status == 403:
+        audit_refused(
+            actor=getattr(request, "viewer", None),
+            path=request.path,
+            method=request.method,
+            reason=message,
+        )
     return render(
         request,
         "registration/error.html",

@@ -72,6 +72,7 @@ def _settle_one(approval, *, status, message, arguments, principal, key, rule, n
         object_id=approval.public_id,
         principal=principal,
         key=key,
+        rule=rule,  # the actor of a rule's decision
         data={
             "runId": approval.run.external_id,
             "toolCallId": approval.tool_call_id,
@@ -79,8 +80,6 @@ def _settle_one(approval, *, status, message, arguments, principal, key, rule, n
             "status": status,
             "message": message,
             "argumentsEdited": arguments is not None and arguments != approval.arguments,
-            # The deciding rule: the actor of a rule's decision (until AuditEvent has a column).
-            **({"actorRuleId": rule.public_id} if rule is not None else {}),
         },
     )
     realtime.approvals_changed(run=approval.run, approval_ids=[approval.public_id], change=status)

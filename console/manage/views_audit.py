@@ -1,3 +1,31 @@
-"""/manage/ pages (see console/manage/__init__.py)."""
+"""/manage/audit/: the audit log with its filters, pages, exports, chain status and retention
+(reads from console.selectors_audit; the chain check is the API's own service)."""
 
-urlpatterns: list = []
+from django.shortcuts import render
+from django.urls import path
+from django.views.decorators.http import require_GET
+
+from console import selectors_audit as selectors
+from console.manage.common import admin_view, manage_page
+from console.services.auditlog import audit_verify
+
+
+@require_GET
+@admin_view
+def audit_index(request):
+    context = selectors.audit_page_context(viewer=request.viewer, params=request.GET)
+    return manage_page(request, "manage/audit.html", context, tab="audit")
+
+
+@require_GET
+@admin_view
+def audit_chain(request):
+    """The chain's status (htmx: the button on the page swaps it in)."""
+    chain = audit_verify(tenant=request.viewer.tenant)
+    return render(request, "manage/audit.html#chain-status", {"chain": chain, "checked": True})
+
+
+urlpatterns = [
+    path("manage/audit/", audit_index, name="manage-audit"),
+    path("manage/audit/verify/", audit_chain, name="manage-audit-verify"),
+]

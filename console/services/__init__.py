@@ -14,43 +14,13 @@ from console.models import (
     PRINCIPAL_SCOPES,
     SCOPES,
     ApiKey,
-    AuditEvent,
     Principal,
     Role,
     Team,
     Tenant,
 )
+from console.services.auditlog import audit  # noqa: F401 (the one writer of audit entries)
 from console.services.wire import actor_fields, api_key_resource
-
-
-def audit(
-    *,
-    tenant,
-    action,
-    object_type,
-    object_id,
-    data=None,
-    before=None,
-    after=None,
-    principal=None,
-    key=None,
-):
-    """One audit entry: `before` / `after` are the object's wire form around the change
-    (None where it did not exist); `data` any other facts."""
-    data = dict(data or {})
-    if before is not None:
-        data["before"] = before
-    if after is not None:
-        data["after"] = after
-    return AuditEvent.objects.create(
-        tenant=tenant,
-        action=action,
-        object_type=object_type,
-        object_id=str(object_id),
-        data=data,
-        actor_principal=principal,
-        actor_key=key,
-    )
 
 
 def _get_or_create(model, *, defaults=None, **lookup):

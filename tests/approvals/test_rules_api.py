@@ -70,10 +70,10 @@ def test_every_change_is_audited_with_before_and_after_and_the_key(rules_a, lead
     events = list(AuditEvent.objects.filter(object_type="rule").order_by("pk"))
     assert [e.action for e in events] == ["rule.created", "rule.updated", "rule.deleted"]
     assert all(e.actor_principal_id == lead_a.pk and e.actor_key_id for e in events)
-    assert events[0].data["before"] is None and events[0].data["after"]["name"] == INTERNAL["name"]
-    assert events[1].data["before"]["name"] == INTERNAL["name"]
-    assert events[1].data["after"]["name"] == "renamed"
-    assert events[2].data["before"]["active"] is True and events[2].data["after"]["active"] is False
+    assert events[0].before is None and events[0].after["name"] == INTERNAL["name"]
+    assert events[1].before["name"] == INTERNAL["name"]
+    assert events[1].after["name"] == "renamed"
+    assert events[2].before["active"] is True and events[2].after["active"] is False
     # a PATCH that changes nothing, and a second DELETE, write nothing
     rules_a.patch(f"{RULES}/{rule['id']}", {"name": "renamed"})
     assert rules_a.delete(f"{RULES}/{rule['id']}").status_code == 204

@@ -76,7 +76,7 @@ def test_a_matching_call_is_created_approved_by_the_rule(ingest_a, tenant_a, lea
     assert state["decisions"][0]["decidedByRule"] == made.public_id
     audit = AuditEvent.objects.get(action="approval.decided")
     assert audit.actor_principal_id is None and audit.actor_key_id is None
-    assert audit.data["actorRuleId"] == made.public_id and audit.data["status"] == "approved"
+    assert audit.actor_rule == made.public_id and audit.data["status"] == "approved"
     made.refresh_from_db()
     assert made.hits == 1 and made.last_hit_at is not None
 

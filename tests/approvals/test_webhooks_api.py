@@ -38,9 +38,9 @@ def test_an_admin_registers_a_webhook_and_sees_its_secret_once(manage_admin, ten
     event = AuditEvent.objects.get(action="webhook.created")
     assert event.actor_principal == admin_a and event.actor_key is not None
     assert event.object_id == webhook.public_id
-    assert event.data["before"] is None
-    assert event.data["after"]["url"] == BODY["url"]
-    assert "secret" not in event.data["after"]
+    assert event.before is None
+    assert event.after["url"] == BODY["url"]
+    assert "secret" not in event.after
 
 
 def test_http_urls_only_with_the_development_switch(manage_admin, settings):

@@ -142,7 +142,7 @@ def test_deleting_a_webhook_stops_it_and_gives_up_its_pending_deliveries(
     assert manage_admin.get(f"{HOOKS}/{created['id']}/deliveries").status_code == 404
     event = AuditEvent.objects.get(action="webhook.deleted")
     assert event.actor_principal == admin_a
-    assert event.data["before"]["active"] is True and event.data["after"]["active"] is False
+    assert event.before["active"] is True and event.after["active"] is False
     assert created["secret"] not in str(event.data)
 
 

@@ -260,11 +260,11 @@ def test_patch_changes_the_given_fields_and_audits_before_and_after(
     entry = AuditEvent.objects.get(action="budget.updated")
     assert entry.object_type == "budget" and entry.object_id == body["id"]
     assert entry.actor_principal == lead_a and entry.actor_key is not None
-    assert entry.data["before"]["ceilingMinorUnits"] == 50000
-    assert entry.data["after"]["ceilingMinorUnits"] == 100
-    assert entry.data["before"]["leads"] == [] and entry.data["after"]["leads"] == ["alice"]
+    assert entry.before["ceilingMinorUnits"] == 50000
+    assert entry.after["ceilingMinorUnits"] == 100
+    assert entry.before["leads"] == [] and entry.after["leads"] == ["alice"]
     created = AuditEvent.objects.get(action="budget.created")
-    assert created.data["before"] is None and created.data["after"]["name"] == body["name"]
+    assert created.before is None and created.after["name"] == body["name"]
     # ceilingTokens: null removes that ceiling; the same values again change nothing.
     assert patch(manage_a, body["id"], {"ceilingTokens": None}).json()["ceilingTokens"] is None
     assert patch(manage_a, body["id"], {"ceilingMinorUnits": 100}).status_code == 200

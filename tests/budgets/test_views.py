@@ -359,7 +359,7 @@ def test_creating_a_budget_through_the_form_is_the_apis_create_audited(
     assert api["leads"] == ["lead@a.example"] and api["ceilingTokens"] is None
     entry = AuditEvent.objects.get(tenant=tenant_a, action="budget.created")
     assert entry.actor_principal == lead_a and entry.object_id == budget.public_id
-    assert entry.data["before"] is None and entry.data["after"]["ceilingMinorUnits"] == 50000
+    assert entry.before is None and entry.after["ceilingMinorUnits"] == 50000
 
 
 def test_editing_a_budget_through_the_form_is_audited_before_and_after(
@@ -375,8 +375,8 @@ def test_editing_a_budget_through_the_form_is_audited_before_and_after(
     assert budget.ceiling_minor_units == 7550 and budget.over_budget == "ask"
     entry = AuditEvent.objects.get(tenant=tenant_a, action="budget.updated")
     assert entry.actor_principal == lead_a
-    assert entry.data["before"]["ceilingMinorUnits"] == 5000
-    assert entry.data["after"]["ceilingMinorUnits"] == 7550
+    assert entry.before["ceilingMinorUnits"] == 5000
+    assert entry.after["ceilingMinorUnits"] == 7550
     lead.post(f"/budgets/{budget.public_id}/edit/", changed)  # nothing changes: no entry
     assert AuditEvent.objects.filter(tenant=tenant_a, action="budget.updated").count() == 1
 

@@ -94,8 +94,8 @@ def test_create_a_principal_with_roles_teams_and_a_password(admin_api, support, 
     assert principal.user.check_password("a-long-enough-pass-9")
     entry = _last_audit("principal.created")
     assert entry.actor_principal == admin_a and entry.actor_key is not None
-    assert entry.data["after"]["roles"] == ["reviewer"]
-    assert "before" not in entry.data
+    assert entry.after["roles"] == ["reviewer"]
+    assert entry.before is None
 
 
 def test_a_held_id_is_409_principal_exists(admin_api, reviewer_a):
@@ -175,8 +175,8 @@ def test_patch_name_email_roles_teams_reviewed(admin_api, reviewer_a, support, a
         False,
     )
     entry = _last_audit("principal.updated")
-    assert entry.data["before"]["roles"] == ["reviewer"]
-    assert entry.data["after"]["roles"] == ["viewer"]
+    assert entry.before["roles"] == ["reviewer"]
+    assert entry.after["roles"] == ["viewer"]
     assert entry.object_id == reviewer_a.external_id
 
 
@@ -237,9 +237,9 @@ def test_deactivation_and_reactivation_are_audited_with_before_and_after(admin_a
     path = f"{API}/principals/{reviewer_a.external_id}"
     assert admin_api.patch(path, {"active": False}).json()["active"] is False
     entry = _last_audit("principal.deactivated")
-    assert entry.data["before"]["active"] is True and entry.data["after"]["active"] is False
+    assert entry.before["active"] is True and entry.after["active"] is False
     assert admin_api.patch(path, {"active": True}).json()["active"] is True
-    assert _last_audit("principal.reactivated").data["after"]["active"] is True
+    assert _last_audit("principal.reactivated").after["active"] is True
 
 
 def test_keys_bound_to_a_deactivated_principal_are_401_until_reactivated(
@@ -325,11 +325,11 @@ def test_role_create_get_patch_delete_audited(admin_api, tenant_a):
     patched = admin_api.patch(f"{API}/roles/mailer", {"decideTools": ["email.*", "sms.send"]})
     assert patched.json()["decideTools"] == ["email.*", "sms.send"]
     entry = _last_audit("role.updated")
-    assert entry.data["before"]["decideTools"] == ["email.*"]
-    assert entry.data["after"]["decideTools"] == ["email.*", "sms.send"]
+    assert entry.before["decideTools"] == ["email.*"]
+    assert entry.after["decideTools"] == ["email.*", "sms.send"]
     assert admin_api.delete(f"{API}/roles/mailer").status_code == 204
     assert not Role.objects.filter(tenant=tenant_a, name="mailer").exists()
-    assert _last_audit("role.deleted").data["before"]["name"] == "mailer"
+    assert _last_audit("role.deleted").before["name"] == "mailer"
     assert admin_api.get(f"{API}/roles/mailer").status_code == 404
 
 
@@ -394,10 +394,10 @@ def test_team_create_patch_delete_audited(admin_api, reviewer_a, lead_a):
     patched = admin_api.patch(f"{API}/teams/ops", {"leads": []})
     assert patched.json()["leads"] == []
     entry = _last_audit("team.updated")
-    assert entry.data["before"]["leads"] == [lead_a.external_id]
-    assert entry.data["after"]["leads"] == []
+    assert entry.before["leads"] == [lead_a.external_id]
+    assert entry.after["leads"] == []
     assert admin_api.delete(f"{API}/teams/ops").status_code == 204
-    assert _last_audit("team.deleted").data["before"]["name"] == "ops"
+    assert _last_audit("team.deleted").before["name"] == "ops"
 
 
 def test_a_lead_must_be_a_member(admin_api, lead_a):

@@ -231,7 +231,7 @@ def test_the_settings_form_saves_only_what_changed_through_the_service(admin, ad
     assert tenant.reminder_after_seconds == 600 and tenant.approval_ttl_seconds == 900
     event = AuditEvent.objects.get(action="tenant.updated")
     assert event.actor_principal == admin_a
-    changed = {k for k in event.data["after"] if event.data["after"][k] != event.data["before"][k]}
+    changed = {k for k in event.after if event.after[k] != event.before[k]}
     assert changed == {"currency", "auditRetentionDays", "reminderAfterSeconds"}
     assert "Now: 90 days" in admin.get("/manage/settings/").content.decode()
 

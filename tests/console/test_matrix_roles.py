@@ -205,7 +205,6 @@ def _unaudited(world, refusals) -> list[str]:
     return missing
 
 
-@pytest.mark.xfail(strict=True, reason="authz.refused is written by the audit branch")
 def test_every_refused_api_call_is_audited_authz_refused(world, client):
     refusals = [*api_refusals(world, client, controls=False), *scope_refusals(world, client)]
     assert sum(1 for _, answer, *_ in refusals if answer.status_code == 403) >= 40
@@ -213,7 +212,6 @@ def test_every_refused_api_call_is_audited_authz_refused(world, client):
     assert not missing, "\n".join(missing)
 
 
-@pytest.mark.xfail(strict=True, reason="authz.refused is written by the audit branch")
 def test_every_refused_page_is_audited_authz_refused(world):
     refusals = list(page_refusals(world, controls=False))
     assert sum(1 for _, answer, *_ in refusals if answer.status_code == 403) >= 20

@@ -1,0 +1,253 @@
+"""Writes to the audit log: entries (in the caller's transaction), their sealing into the
+tenant's hash chain (after commit), the chain's verification, and `authz.refused` with its
+rate limit. The design and its reasons: docs/architecture.md, "The audit log"."""
+
+import logging
+from datetime import timedelta
+
+from django.db import DatabaseError, IntegrityError, transaction
+from django.utils import timezone
+
+from console import auditchain, links, signin
+from console.models import ApiKey, AuditEvent, AuditRefusalThrottle, Tenant
+
+log = logging.getLogger(__name__)
+
+REFUSAL_WINDOW = timedelta(seconds=60)  # at most one authz.refused per actor and path
+SEAL_BATCH = 500
+
+
+def _origin() -> tuple[str | None, str | None]:
+    """The address (GAVEL_TRUSTED_PROXIES honoured, as for the sign-in lockout) and user agent
+    of the request or socket being served; (None, None) off a request (a sweep, a command)."""
+    request = links.current_request.get()
+    if request is not None:
+        agent = request.META.get("HTTP_USER_AGENT") or None
+        return signin.client_address(request), agent
+    return auditchain.current_origin.get() or (None, None)
+
+
+def _rule_id(rule) -> str | None:
+    if rule is None:
+        return None
+    return rule if isinstance(rule, str) else rule.public_id
+
+
+def audit(
+    *,
+    tenant,
+    action,
+    object_type,
+    object_id,
+    data=None,
+    before=None,
+    after=None,
+    principal=None,
+    key=None,
+    rule=None,
+    ip=None,
+    user_agent=None,
+):
+    """One audit entry, in the caller's transaction. `before` / `after` are the object's wire
+    form around the change (None where it did not exist; also taken from `data`'s "before" /
+    "after", as older callers pass them); `rule` the deciding rule (or its `rul_...` id);
+    `data` any other facts. Address and user agent come from the request (or socket) being
+    served unless given. The entry is sealed into the chain after commit."""
+    data = dict(data or {})
+    before = data.pop("before", None) if before is None else before
+    after = data.pop("after", None) if after is None else after
+    data.pop("before", None), data.pop("after", None)
+    if ip is None and user_agent is None:
+        ip, user_agent = _origin()
+    entry = AuditEvent.objects.create(
+        tenant=tenant,
+        action=action,
+        object_type=object_type,
+        object_id=str(object_id),
+        data=data,
+        before=before,
+        after=after,
+        actor_principal=principal,
+        actor_key=key,
+        actor_rule=_rule_id(rule),
+        ip=ip,
+        user_agent=(user_agent or "")[: auditchain.USER_AGENT_MAX] or None,
+    )
+    _seal_on_commit(entry.tenant_id)
+    return entry
+
+
+def _seal_on_commit(tenant_id: int) -> None:
+    """Once per transaction and tenant: seal right after commit (skipped, never waited for,
+    while another process seals the tenant; the sweep and the next seal catch up)."""
+    connection = transaction.get_connection()
+    if any(
+        getattr(func, "gavel_seal_tenant", None) == tenant_id
+        for _, func, _ in connection.run_on_commit
+    ):
+        return
+
+    def seal():
+        try:
+            audit_seal(tenant_id=tenant_id, wait=False)
+        except DatabaseError:
+            log.warning("sealing tenant %s's audit entries failed; retried later", tenant_id)
+
+    seal.gavel_seal_tenant = tenant_id
+    transaction.on_commit(seal, robust=True)
+
+
+# --- the chain ---
+
+
+def audit_seal(*, tenant_id: int, limit: int = SEAL_BATCH, wait: bool = True) -> int:
+    """Seal up to `limit` of the tenant's unsealed entries, in id order, into its chain. A
+    short transaction of its own that holds the tenant's chain lock (its Tenant row) and no
+    other lock, so it can neither deadlock with nor slow down the transactions that wrote the
+    entries. `wait=False`: give up at once when another sealer holds the lock. Returns how
+    many it sealed."""
+    with transaction.atomic():
+        locked = (
+            Tenant.objects.select_for_update(skip_locked=not wait)
+            .filter(pk=tenant_id)
+            .values_list("pk")
+            .first()
+        )
+        if locked is None:
+            return 0
+        head = (
+            AuditEvent.objects.filter(tenant_id=tenant_id, hash__isnull=False)
+            .order_by("-chain_seq")
+            .values_list("chain_seq", "hash")
+            .first()
+        )
+        seq, prev = head or (0, None)
+        rows = list(
+            AuditEvent.objects.filter(tenant_id=tenant_id, hash__isnull=True)
+            .order_by("pk")
+            .values(*auditchain.FIELDS)[:limit]
+        )
+        for row in rows:
+            seq += 1
+            row["chain_seq"] = seq
+            digest = auditchain.entry_hash(row, prev)
+            AuditEvent.objects.filter(pk=row["id"]).seal(chain_seq=seq, prev_hash=prev, hash=digest)
+            prev = digest
+    return len(rows)
+
+
+def audit_seal_due(*, now=None, limit: int = SEAL_BATCH) -> int:
+    """Seal every tenant's unsealed entries: the sweep `expire_approvals --loop` (through
+    console.outbox), for entries whose commit-time seal was skipped or lost in a crash. A
+    tenant whose seal fails (SQLite busy) is left for the next round."""
+    sealed = 0
+    tenants = (
+        AuditEvent.objects.filter(hash__isnull=True).values_list("tenant_id", flat=True).distinct()
+    )
+    for tenant_id in sorted(set(tenants)):
+        try:
+            while (done := audit_seal(tenant_id=tenant_id, limit=limit)) > 0:
+                sealed += done
+                if done < limit:
+                    break
+        except DatabaseError:
+            log.warning("sealing tenant %s's audit entries failed; retried later", tenant_id)
+    return sealed
+
+
+def audit_verify(*, tenant) -> dict:
+    """Seal what is pending, then walk the tenant's chain: each entry's seq follows the one
+    before (no entry removed), its prev hash is that entry's hash, and its hash is that of
+    its content. `first_bad_id` is the first entry where one of these fails."""
+    audit_seal_due_for(tenant_id=tenant.pk)
+    entries, prev_seq, prev_hash = 0, 0, None
+    rows = (
+        AuditEvent.objects.filter(tenant=tenant, hash__isnull=False)
+        .order_by("chain_seq")
+        .values(*auditchain.FIELDS)
+    )
+    for row in rows.iterator(chunk_size=2000):
+        entries += 1
+        good = (
+            row["chain_seq"] == prev_seq + 1
+            and row["prev_hash"] == prev_hash
+            and row["hash"] == auditchain.entry_hash(row, prev_hash)
+        )
+        if not good:
+            return {"ok": False, "entries": entries, "first_bad_id": auditchain.wire_id(row["id"])}
+        prev_seq, prev_hash = row["chain_seq"], row["hash"]
+    return {"ok": True, "entries": entries, "first_bad_id": None}
+
+
+def audit_seal_due_for(*, tenant_id: int) -> None:
+    try:
+        while audit_seal(tenant_id=tenant_id) == SEAL_BATCH:
+            pass
+    except DatabaseError:
+        log.warning("sealing tenant %s's audit entries failed; verifying what is sealed", tenant_id)
+
+
+# --- authz.refused ---
+
+
+def _actor_label(principal, key) -> str:
+    return f"p{principal.pk if principal else '-'}:k{key.pk if key else '-'}"
+
+
+def audit_refused(
+    *, actor, path: str, method: str, reason: str, code: str = "forbidden", ip=None, user_agent=None
+) -> AuditEvent | None:
+    """Record a 403 (a page, an API call or a socket) as `authz.refused`, at most once per
+    actor and path a minute: the refusals in between are counted on the throttle row and
+    reported by the next entry (`data.count`: how many refusals the entry stands for, itself
+    included). `actor`: the Principal or ApiKey refused (None: no tenant to record it in).
+    Runs in a transaction of its own (the refused request's work, if any, has rolled back) and
+    never raises: a refusal must stay a 403 even when the log cannot be written. Returns the
+    entry, or None when the refusal was only counted."""
+    if actor is None:
+        return None
+    key = actor if isinstance(actor, ApiKey) else None
+    principal = key.principal if key is not None else actor
+    try:
+        return _refused(
+            tenant_id=actor.tenant_id,
+            principal=principal,
+            key=key,
+            path=path[:255],
+            method=method,
+            reason=reason,
+            code=code,
+            ip=ip,
+            user_agent=user_agent,
+        )
+    except DatabaseError:
+        log.exception("could not record authz.refused for %s %s", method, path)
+        return None
+
+
+def _refused(*, tenant_id, principal, key, path, method, reason, code, ip, user_agent):
+    now = timezone.now()
+    lookup = {"tenant_id": tenant_id, "actor": _actor_label(principal, key), "path": path}
+    with transaction.atomic():
+        try:
+            with transaction.atomic():  # a concurrent first refusal may create it first
+                AuditRefusalThrottle.objects.get_or_create(**lookup)
+        except IntegrityError:
+            pass
+        row = AuditRefusalThrottle.objects.select_for_update().get(**lookup)
+        count = row.pending + 1
+        if row.audited_at is not None and now - row.audited_at < REFUSAL_WINDOW:
+            AuditRefusalThrottle.objects.filter(pk=row.pk).update(pending=count)
+            return None
+        AuditRefusalThrottle.objects.filter(pk=row.pk).update(pending=0, audited_at=now)
+        return audit(
+            tenant=Tenant(pk=tenant_id),
+            action="authz.refused",
+            object_type="request",
+            object_id=path,
+            data={"method": method, "path": path, "code": code, "reason": reason, "count": count},
+            principal=principal,
+            key=key,
+            ip=ip,
+            user_agent=user_agent,
+        )
