@@ -296,6 +296,15 @@ def approval_for_decider(*, viewer: Viewer, approval_id: str):
     return approval
 
 
+def own_principal(*, viewer: Viewer) -> Principal:
+    """The active principal whose own things (notifications, settings) a viewer reaches: a
+    runtime's key, bound to no one, has none."""
+    principal = acting_principal(viewer)
+    if principal is None or not principal.is_active:
+        raise Forbidden("notifications are a principal's: this key is bound to no active one")
+    return principal
+
+
 def notifications_of(*, viewer: Viewer) -> QuerySet:
     """A principal's own notifications (a key: its bound principal's). Nobody reads another's;
     a runtime's key, bound to no one, has none to read."""

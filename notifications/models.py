@@ -1,5 +1,7 @@
 """What the console tells people: in-console notifications, and the durable mail outbox."""
 
+from __future__ import annotations
+
 import secrets
 
 from django.db import models
@@ -81,3 +83,94 @@ class OutboundEmail(models.Model):
 
     def __str__(self):
         return f"{self.to}: {self.subject}"
+
+
+class EmailChoice(models.TextChoices):
+    """How a principal hears by mail of new calls it may decide."""
+
+    NOW = "now"  # one mail per batch of new calls (one per request that held them)
+    DIGEST = "digest"  # one mail every `digest_minutes` listing what is still pending
+    OFF = "off"
+
+
+DIGEST_MINUTES_MIN = 5
+DIGEST_MINUTES_MAX = 1440
+DIGEST_MINUTES_DEFAULT = 30
+
+
+class NotificationSettings(models.Model):
+    """One principal's choices (`/settings/`, `/api/v1/me/notification-settings`). A principal
+    without a row has the defaults: no mail of new calls, browser notifications on."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    principal = models.OneToOneField(
+        Principal, on_delete=models.CASCADE, related_name="notification_settings"
+    )
+    email = models.CharField(max_length=8, choices=EmailChoice.choices, default=EmailChoice.OFF)
+    digest_minutes = models.PositiveIntegerField(default=DIGEST_MINUTES_DEFAULT)
+    slack_user_id = models.CharField(max_length=32, null=True, blank=True)
+    browser = models.BooleanField(default=True)
+    # The digest: it lists the calls requested after `digest_through`; next one at this time.
+    digest_through = models.DateTimeField(null=True, blank=True)
+    next_digest_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "slack_user_id"],
+                condition=models.Q(slack_user_id__isnull=False),
+                name="notification_settings_unique_slack_user",
+            )
+        ]
+        indexes = [
+            models.Index(
+                fields=["next_digest_at"],
+                condition=models.Q(email="digest"),
+                name="notification_digest_due",
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.principal_id}: {self.email}"
+
+    @classmethod
+    def of(cls, principal) -> NotificationSettings:
+        """The principal's settings (the defaults, unsaved, when it never chose)."""
+        row = cls.objects.filter(principal=principal).first()
+        return row or cls(tenant_id=principal.tenant_id, principal=principal)
+
+
+class CallBatch(models.Model):
+    """The calls one request left to a human (approvals_request writes it in its own
+    transaction): the "now" mail's durable to-do. The sender turns it into one mail per
+    recipient after commit and stamps `mailed_at` in the same transaction."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    approval_ids = models.JSONField()  # Approval primary keys (no FK: models do not cross)
+    created_at = models.DateTimeField(default=timezone.now)
+    mailed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["created_at"],
+                condition=models.Q(mailed_at__isnull=True),
+                name="call_batch_due",
+            )
+        ]
+
+
+class ApprovalNotice(models.Model):
+    """A reminder or an escalation that fired for one call: the unique row is the claim, so
+    each fires once per call however many sweeps run at once."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    approval = models.ForeignKey("approvals.Approval", on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=32)  # approval.reminder | approval.escalated
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["approval", "kind"], name="approval_notice_once")
+        ]

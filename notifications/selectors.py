@@ -12,6 +12,8 @@ from django.db.models import Q
 
 from console import access
 from console.errors import Forbidden, Invalid
+from notifications.models import NotificationSettings
+from notifications.schemas import notification_settings_resource
 
 PAGE_SIZE = 50
 
@@ -108,3 +110,9 @@ def notifications_page_context(*, viewer, show: str = "all", cursor: str = "") -
         "first_page": not cursor,
         "unread_count": unread,
     }
+
+
+def notification_settings_read(*, viewer) -> dict:
+    """`GET /api/v1/me/notification-settings`: the viewer's own (a runtime's key: 403)."""
+    principal = access.own_principal(viewer=viewer)
+    return notification_settings_resource(NotificationSettings.of(principal))

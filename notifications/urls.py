@@ -6,6 +6,7 @@ app_name = "notifications"
 
 urlpatterns = [
     path("notifications/", views.notifications_page, name="list"),
+    path("settings/", views.settings_page, name="settings"),
     path("notifications/read-all/", views.notifications_read_all, name="read-all"),
     path("notifications/<str:notification_id>/read/", views.notification_read, name="read"),
 ]

@@ -1,4 +1,5 @@
-"""`/notifications/`: everyone's own notifications, marking them read (one, or all).
+"""`/notifications/`: everyone's own notifications, marking them read (one, or all); and
+`/settings/`: everyone's own notification settings (the service the API calls).
 
 After an htmx POST the view re-renders the item (or the list) instead of redirecting; a plain
 form POST (no JavaScript) redirects back to the list. The bell's count follows over the nav
@@ -10,11 +11,14 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
 
-from console.errors import Invalid
+from console.errors import Conflict, Invalid
 from console.views import error_page, viewer_view
+from notifications.forms import EMAIL_CHOICES, NotificationSettingsForm, initial
+from notifications.preferences import notification_settings_update
 from notifications.selectors import (
     nav_unread_count_context,
     notification_item_context,
+    notification_settings_read,
     notifications_page_context,
 )
 from notifications.services import notification_mark_read, notifications_mark_all_read
@@ -76,3 +80,37 @@ def notifications_read_all(request):
     show = "unread" if request.POST.get("show") == "unread" else "all"
     context = notifications_page_context(viewer=request.viewer, show=show)
     return _with_counts(request, f"{PAGE}#notification-list", context, tab=False)
+
+
+SETTINGS_PAGE = "notifications/settings.html"
+
+
+@viewer_view
+def settings_page(request):
+    """GET: the form; POST: validated by the API's schema, saved by the API's service. A
+    saved form re-renders with a confirmation (an htmx POST: the form alone)."""
+    saved = False
+    if request.method == "POST":
+        form = NotificationSettingsForm(request.POST)
+        if form.is_valid():
+            try:
+                notification_settings_update(viewer=request.viewer, fields=form.payload.changes())
+                saved = True
+            except Conflict as exc:
+                form.refused(exc)
+        if saved:
+            form = NotificationSettingsForm(initial=_initial(request))
+    elif request.method == "GET":
+        form = NotificationSettingsForm(initial=_initial(request))
+    else:
+        return HttpResponse(status=405, headers={"Allow": "GET, POST"})
+    context = {"form": form, "saved": saved, "email_choices": EMAIL_CHOICES}
+    context["nav_active"] = "settings"
+    status = 422 if form.errors else 200
+    if request.htmx:
+        return render(request, f"{SETTINGS_PAGE}#settings-form", context, status=status)
+    return render(request, SETTINGS_PAGE, context, status=status)
+
+
+def _initial(request) -> dict:
+    return initial(notification_settings_read(viewer=request.viewer))

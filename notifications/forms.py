@@ -1,0 +1,82 @@
+"""The form of `/settings/`: it only translates. Its fields become the API's PATCH body, which
+the API's own schema (`NotificationSettingsPatch`) validates, so the page accepts and refuses
+exactly what `PATCH /api/v1/me/notification-settings` does; the view then calls the service
+the API calls, and its 409 (a Slack id another principal holds) lands on its field."""
+
+from __future__ import annotations
+
+from django import forms
+from pydantic import ValidationError
+
+from console.errors import GavelError
+from notifications.schemas import NotificationSettingsPatch
+
+EMAIL_CHOICES = (
+    ("now", "Right away: one mail for each batch of new calls"),
+    ("digest", "A digest: one mail every few minutes with what is still waiting"),
+    ("off", "No mail"),
+)
+FIELD_OF = {
+    "email": "email",
+    "digestMinutes": "digest_minutes",
+    "slackUserId": "slack_user_id",
+    "browser": "browser",
+}
+
+
+class NotificationSettingsForm(forms.Form):
+    """Text fields: what a value may be is the API schema's to say."""
+
+    email = forms.CharField(required=False, label="Email")
+    digest_minutes = forms.CharField(required=False, label="Digest every (minutes)")
+    slack_user_id = forms.CharField(required=False, label="Slack user id")
+    browser = forms.BooleanField(required=False, label="Browser notifications")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.payload: NotificationSettingsPatch | None = None
+
+    def body(self) -> dict:
+        data = self.cleaned_data
+        body = {
+            "email": data["email"],
+            "slackUserId": data["slack_user_id"].strip() or None,
+            "browser": data["browser"],
+        }
+        text = data["digest_minutes"].strip()
+        if text:
+            try:
+                body["digestMinutes"] = int(text)
+            except ValueError:
+                self.add_error("digest_minutes", f"'{text}' is not a whole number of minutes")
+        return body
+
+    def clean(self):
+        data = super().clean()
+        body = self.body()
+        try:
+            payload = NotificationSettingsPatch.model_validate(body)
+        except ValidationError as error:
+            for problem in error.errors():
+                loc = [str(p) for p in problem.get("loc", ())]
+                field = FIELD_OF.get(loc[0]) if loc else None
+                self.add_error(field, problem.get("msg", "invalid"))
+            return data
+        if not self.errors:
+            self.payload = payload
+        return data
+
+    def refused(self, error: GavelError) -> None:
+        """A service's 409 shown on its field."""
+        field = "slack_user_id" if error.code == "slack_user_taken" else None
+        self.add_error(field, error.message)
+
+
+def initial(resource: dict) -> dict:
+    """The form's values from the settings' wire form (snake_case)."""
+    return {
+        "email": resource["email"],
+        "digest_minutes": str(resource["digest_minutes"]),
+        "slack_user_id": resource["slack_user_id"] or "",
+        "browser": resource["browser"],
+    }
