@@ -6,8 +6,14 @@ class NotificationsConfig(AppConfig):
 
     def ready(self):
         from console import outbox
-        from notifications import mail
+        from notifications import calls, mail
 
+        # Before the mail: a batch or a digest it turns into mail is sent in the same round.
+        outbox.register(
+            outbox.Sender(
+                name="call mail", run_due=calls.calls_run_due, next_due=calls.calls_next_due
+            )
+        )
         outbox.register(
             outbox.Sender(name="emails", run_due=mail.emails_run_due, next_due=mail.email_next_due)
         )

@@ -13,8 +13,9 @@ from approvals.models import Approval, ApprovalStatus
 from approvals.services.rules import approvals_decide_by_rules
 from approvals.services.settle import approval_mirror_targets
 from approvals.services.webhooks import webhooks_approval_requested
-from console import realtime
+from console import outbox, realtime
 from console.errors import Conflict
+from notifications.models import CallBatch
 from runs.models import Run
 
 
@@ -74,8 +75,18 @@ def approvals_request(
         run=run, approval_ids=[r.public_id for r in rows], change="requested"
     )
     decided = approvals_decide_by_rules(run=run, approvals=rows, hits=rule_hits)
-    webhooks_approval_requested(approvals=[r for r in rows if r.pk not in decided])
+    for_people = [r for r in rows if r.pk not in decided]
+    webhooks_approval_requested(approvals=for_people)
+    _mail_later(run=run, approvals=for_people)
     return rows
+
+
+def _mail_later(*, run: Run, approvals: list[Approval]) -> None:
+    """One durable row for the "now" mail of these calls (notifications/calls.py mails each
+    recipient once for the batch, after commit, off the request)."""
+    if approvals:
+        CallBatch.objects.create(tenant_id=run.tenant_id, approval_ids=[a.pk for a in approvals])
+        transaction.on_commit(outbox.kick)
 
 
 def _cancel(pending) -> list[Approval]:

@@ -1,0 +1,186 @@
+"""Mail about new calls a principal may decide: "now" (one mail per batch of new calls, i.e.
+per request that held them) and the digest (one mail every N minutes listing what still waits).
+
+The requesting transaction writes one `CallBatch` row (approvals_request); this sender, run by
+the outbox thread after commit and by the sweep, turns each batch into one `OutboundEmail` per
+recipient who chose "now" and may decide at least one of its calls, and stamps the batch in the
+same transaction (a conditional UPDATE claims it: two processes never mail one batch twice).
+The mail itself then leaves through the mail outbox (notifications/mail.py), with its retries.
+So a request never waits on a mail server, and a crash between commit and send loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import Min
+from django.template.loader import render_to_string
+from django.utils import timezone
+
+from approvals.models import Approval, ApprovalStatus
+from budgets.spend import run_costs
+from console import access, links, outbox
+from console.formatting import money
+from console.models import Principal
+from notifications.models import CallBatch, EmailChoice, NotificationSettings, OutboundEmail
+
+TEMPLATES = "notifications/email"
+ARGUMENTS_MAX = 200  # characters of the arguments' summary
+LISTED_MAX = 50  # calls listed in one mail; the rest are counted ("and N more")
+SUBJECT_MAX = OutboundEmail._meta.get_field("subject").max_length
+
+
+def _summary(arguments) -> str:
+    text = json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "), default=str)
+    return text if len(text) <= ARGUMENTS_MAX else text[: ARGUMENTS_MAX - 1] + "…"
+
+
+def _pending(qs) -> list[Approval]:
+    """Pending calls a person is asked about (a mirror of a parked sub-run's call is the same
+    call: its own approval is listed, not the mirror)."""
+    return list(
+        qs.filter(status=ApprovalStatus.PENDING, mirror_of__isnull=True)
+        .select_related("run", "run__tenant", "run__principal")
+        .order_by("requested_at", "id")
+    )
+
+
+def call_lines(approvals: list[Approval]) -> list[dict]:
+    """What a mail (or a Slack message) says of each call: tool, reason, arguments, cost, who
+    it is for and the link to its card."""
+    costs = run_costs(runs=[a.run for a in approvals])
+    return [
+        {
+            "id": a.public_id,
+            "tool": a.tool_name,
+            "reason": a.reason,
+            "arguments": _summary(a.arguments),
+            "cost": money(costs[a.run_id]["run_cost_minor_units"], a.run.tenant.currency),
+            "run": a.run.external_id,
+            "for": a.run.principal.external_id if a.run.principal_id else None,
+            "url": links.public_url(f"/approvals/{a.public_id}/"),
+        }
+        for a in approvals
+    ]
+
+
+def _mail(*, principal, approvals, digest: bool) -> OutboundEmail:
+    lines = call_lines(approvals[:LISTED_MAX])
+    context = {
+        "principal": principal,
+        "tenant": principal.tenant,
+        "calls": lines,
+        "count": len(approvals),
+        "more": max(0, len(approvals) - LISTED_MAX),
+        "digest": digest,
+        "inbox_url": links.public_url("/approvals/"),
+        "settings_url": links.public_url("/settings/"),
+    }
+    subject = " ".join(render_to_string(f"{TEMPLATES}/calls.subject.txt", context).split())
+    return OutboundEmail(
+        tenant_id=principal.tenant_id,
+        to=principal.email,
+        subject=subject[:SUBJECT_MAX],
+        text_body=render_to_string(f"{TEMPLATES}/calls.txt", context),
+        html_body=render_to_string(f"{TEMPLATES}/calls.html", context),
+    )
+
+
+def _deciders(*, tenant_id: int, email: str):
+    """Active principals of the tenant with an address who chose `email`, roles loaded."""
+    return (
+        Principal.objects.filter(
+            tenant_id=tenant_id,
+            is_active=True,
+            notification_settings__email=email,
+        )
+        .exclude(email="")
+        .select_related("tenant", "notification_settings")
+        .prefetch_related("roles")
+    )
+
+
+def _decidable(principal, approvals) -> list[Approval]:
+    return [a for a in approvals if access.decide_refusal(principal, a) is None]
+
+
+def _batch_mail(batch: CallBatch) -> list[OutboundEmail]:
+    approvals = _pending(Approval.objects.filter(pk__in=batch.approval_ids))
+    if not approvals:
+        return []
+    mails = []
+    for principal in _deciders(tenant_id=batch.tenant_id, email=EmailChoice.NOW):
+        calls = _decidable(principal, approvals)
+        if calls:
+            mails.append(_mail(principal=principal, approvals=calls, digest=False))
+    return mails
+
+
+def call_batches_run_due(*, now=None, limit: int = 20) -> int:
+    """Mail each unmailed batch (one mail per "now" recipient). Returns how many batches this
+    call claimed."""
+    now = now or timezone.now()
+    due = CallBatch.objects.filter(mailed_at__isnull=True, created_at__lte=now)
+    claimed = 0
+    for batch in list(due.order_by("created_at", "id")[:limit]):
+        with transaction.atomic():
+            if not CallBatch.objects.filter(pk=batch.pk, mailed_at__isnull=True).update(
+                mailed_at=now
+            ):
+                continue  # another process has it
+            mails = OutboundEmail.objects.bulk_create(_batch_mail(batch))
+            if mails:
+                transaction.on_commit(outbox.kick)
+        claimed += 1
+    return claimed
+
+
+def _digest_mail(row: NotificationSettings, since, now) -> OutboundEmail | None:
+    principal = row.principal
+    if not principal.is_active or not principal.email:
+        return None
+    approvals = _pending(
+        Approval.objects.filter(
+            tenant_id=principal.tenant_id, requested_at__gt=since, requested_at__lte=now
+        )
+    )
+    calls = _decidable(principal, approvals)
+    return _mail(principal=principal, approvals=calls, digest=True) if calls else None
+
+
+def digests_run_due(*, now=None, limit: int = 50) -> int:
+    """Mail each due digest (the calls requested since the last one that still wait; none: no
+    mail) and set its next time. Returns how many digests this call claimed."""
+    now = now or timezone.now()
+    due = NotificationSettings.objects.filter(email=EmailChoice.DIGEST, next_digest_at__lte=now)
+    claimed = 0
+    for row in list(due.select_related("principal__tenant").order_by("next_digest_at")[:limit]):
+        since = row.digest_through or now - timedelta(minutes=row.digest_minutes)
+        with transaction.atomic():
+            taken = NotificationSettings.objects.filter(
+                pk=row.pk, email=EmailChoice.DIGEST, next_digest_at=row.next_digest_at
+            ).update(next_digest_at=now + timedelta(minutes=row.digest_minutes), digest_through=now)
+            if not taken:
+                continue  # another process has it, or the principal changed its choice
+            mail = _digest_mail(row, since, now)
+            if mail is not None:
+                mail.save()
+                transaction.on_commit(outbox.kick)
+        claimed += 1
+    return claimed
+
+
+def calls_run_due(*, now=None) -> int:
+    return call_batches_run_due(now=now) + digests_run_due(now=now)
+
+
+def calls_next_due():
+    """When the soonest batch or digest is due (None: nothing waits)."""
+    batch = CallBatch.objects.filter(mailed_at__isnull=True).aggregate(m=Min("created_at"))["m"]
+    digest = NotificationSettings.objects.filter(email=EmailChoice.DIGEST).aggregate(
+        m=Min("next_digest_at")
+    )["m"]
+    soonest = [t for t in (batch, digest) if t is not None]
+    return min(soonest) if soonest else None
