@@ -1,9 +1,12 @@
-"""Expire the approvals past their time (fail closed: `expired`, the rejection message), and
-send what the outboxes hold that is due (webhook deliveries, mail). Once, or `--loop` every
-`--interval` seconds.
+"""The sweep (notifications/sweep.py): expire the approvals past their time (fail closed:
+`expired`, the rejection message), send the reminders and escalations that are due (each once
+per call, however many sweeps run), and send what the outboxes hold that is due (call mail,
+mail, webhook deliveries). Once, or `--loop` every `--interval` seconds. `make run` starts it
+beside the server; in production run one (or more: they never repeat one another's work)
+`manage.py expire_approvals --loop` beside the web processes.
 
 Long-polls expire their own run's calls at the moment they expire and every read expires
-lazily, so this sweep is for calls nobody is reading (the nav count, webhooks, the audit log).
+lazily, so expiry here is for calls nobody is reading (the nav count, webhooks, the audit log).
 The outboxes are also sent by each server process's own thread right after commit; the sweep
 is what sends them after a crash or a restart (console/outbox.py).
 """
@@ -13,12 +16,14 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
-from approvals.services.expiry import approvals_expire_due
-from console import outbox
+from notifications.sweep import sweep
 
 
 class Command(BaseCommand):
-    help = "Expire pending approvals past their expiry and send due webhook deliveries and mail."
+    help = (
+        "Expire pending approvals past their expiry, send due reminders and escalations, and "
+        "send due mail and webhook deliveries."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--loop", action="store_true", help="keep sweeping until stopped")
@@ -30,12 +35,20 @@ class Command(BaseCommand):
         if interval <= 0:
             raise CommandError("--interval must be a positive number of seconds")
         while True:
-            expired = approvals_expire_due()
-            sent = outbox.run_due()
-            if expired or any(sent.values()) or not loop:
-                attempted = ", ".join(f"{n} {name}" for name, n in sent.items())
-                self.stdout.write(f"expired {expired} approvals, attempted {attempted}")
+            counts = sweep()
+            if any(counts.values()) or not loop:
+                self.stdout.write(_report(counts))
+                self.stdout.flush()
             if not loop:
                 return
             close_old_connections()
             time.sleep(interval)
+
+
+def _report(counts: dict[str, int]) -> str:
+    counts = dict(counts)
+    done = (
+        f"expired {counts.pop('expired')} approvals, sent {counts.pop('reminded')} reminders "
+        f"and {counts.pop('escalated')} escalations"
+    )
+    return done + ", attempted " + ", ".join(f"{n} {name}" for name, n in counts.items())
