@@ -37,9 +37,7 @@ def setup(tenant_a, admin_a, lead_a, reviewer_a, viewer_a):
     team.leads.add(lead_a)
     Principal.objects.filter(pk=reviewer_a.pk).update(email="rita@a.example")
     run = RunFactory(tenant=tenant_a, principal=alice, external_id="run_s")
-    approval = ApprovalFactory(
-        run=run, tool_name="email.send", requested_at=T0, expires_at=at(900)
-    )
+    approval = ApprovalFactory(run=run, tool_name="email.send", requested_at=T0, expires_at=at(900))
     webhooks.webhook_create(tenant=tenant_a, url="https://hooks.example/")
     return {"approval": approval, "run": run, "team": team, "alice": alice}
 

@@ -1,8 +1,9 @@
 """`manage.py serve_demo`: what `make run` starts after `demo_setup`.
 
-Runs `daphne -b HOST -p PORT console.asgi:application` and, once it answers, the demo agent
-beside it (`manage.py demo_agent --runs 0`); prints the URL and the login; stops both on
-Ctrl-C or SIGTERM (and stops the agent if the server dies).
+Runs `daphne -b HOST -p PORT console.asgi:application`, the sweep beside it (`manage.py
+expire_approvals --loop`: expiry, reminders, escalations, and what the outboxes left due) and
+the demo agent (`manage.py demo_agent --runs 0`); prints the URL and the login; stops all three
+on Ctrl-C or SIGTERM (and stops the others if the server dies).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class Command(BaseCommand):
         stopping = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stopping.set())
-        server = agent = None
+        server = agent = sweeper = None
         try:
             server = subprocess.Popen(
                 [
@@ -83,6 +84,7 @@ class Command(BaseCommand):
             )
             # The agent starts beside the server, not after it: its first requests retry until
             # the server answers, so its start-up overlaps the server's.
+            sweeper = self._manage("expire_approvals", "--loop")
             if not no_agent:
                 agent = self._agent(url)
             wait_until_answering(f"{url}/accounts/login/", server, startup_timeout)
@@ -94,7 +96,12 @@ class Command(BaseCommand):
             self.stdout.write("stopping the demo agent and the server")
         finally:
             stop(agent)
+            stop(sweeper)
             stop(server)
+
+    def _manage(self, *args: str) -> subprocess.Popen:
+        command = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), *args]
+        return subprocess.Popen(command, cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL)
 
     def _agent(self, url: str) -> subprocess.Popen | None:
         key_file = agent_key_file()
