@@ -34,7 +34,7 @@ from approvals.selectors import nav_pending_count_context
 from console import access, auditchain, realtime, signin
 from console.errors import Forbidden, NotFound
 from console.services.auditlog import audit_refused
-from notifications.selectors import nav_unread_count_context
+from notifications.selectors import browser_calls, nav_unread_count_context
 
 log = logging.getLogger(__name__)
 CLOSE_DENIED = 4403  # anonymous, signed out, deactivated, missing capability
@@ -377,3 +377,31 @@ class NavCountMixin:
     async def nav_count(self, message):
         key = (message.get("id"), "nav", nav_audience(self.viewer))
         await self.push(await RENDERS.get(key, nav_count_html, self.viewer))
+
+    async def _handle(self, message):
+        await super()._handle(message)
+        if message.get("type") == "approvals.updated" and message.get("change") == "requested":
+            await self.browser_notify(message)
+
+    async def browser_notify(self, message):
+        """New calls this viewer may decide, as a `calls` control frame: every console page
+        shows each as a system notification (static/js/notify.js, with the person's
+        permission). Once per event, whichever of the socket's groups brought it."""
+        notified = self.__dict__.setdefault("notified", OrderedDict())
+        mid = message.get("id")
+        if mid in notified:
+            return
+        notified[mid] = True
+        while len(notified) > 64:
+            notified.popitem(last=False)
+        ids = tuple(message.get("approvals") or ())
+        try:
+            calls = await RENDERS.get((mid, "calls", self.viewer.pk), _calls, self.viewer, ids)
+            if calls:
+                await self.control("calls", calls=calls)
+        except Exception:  # a hint: the inbox and the nav count carry the truth
+            log.warning("browser notification frame failed", exc_info=True)
+
+
+def _calls(viewer, approval_ids) -> list[dict]:
+    return browser_calls(viewer=viewer, approval_ids=approval_ids)

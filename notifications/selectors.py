@@ -10,6 +10,7 @@ from datetime import datetime
 
 from django.db.models import Q
 
+from approvals.models import Approval, ApprovalStatus
 from console import access
 from console.errors import Forbidden, Invalid
 from notifications.models import NotificationSettings
@@ -116,3 +117,36 @@ def notification_settings_read(*, viewer) -> dict:
     """`GET /api/v1/me/notification-settings`: the viewer's own (a runtime's key: 403)."""
     principal = access.own_principal(viewer=viewer)
     return notification_settings_resource(NotificationSettings.of(principal))
+
+
+def browser_calls(*, viewer, approval_ids) -> list[dict]:
+    """What a console page shows as system notifications (static/js/notify.js) for new calls:
+    those still pending that this viewer may decide, unless it turned browser notifications
+    off. `url` is the card's path (the page's own origin)."""
+    if not NotificationSettings.of(viewer).browser:
+        return []
+    approvals = (
+        Approval.objects.filter(
+            tenant_id=viewer.tenant_id,
+            public_id__in=list(approval_ids),
+            status=ApprovalStatus.PENDING,
+            mirror_of__isnull=True,
+        )
+        .select_related("run", "run__tenant", "run__principal")
+        .order_by("position", "id")
+    )
+    calls = []
+    for approval in approvals:
+        if access.decide_refusal(viewer, approval) is not None:
+            continue
+        run = approval.run
+        who = f" for {run.principal.external_id}" if run.principal_id else ""
+        calls.append(
+            {
+                "id": approval.public_id,
+                "title": f"Decide: {approval.tool_name}",
+                "body": f"{approval.reason or 'No reason given.'} (run {run.external_id}{who})",
+                "url": f"/approvals/{approval.public_id}/",
+            }
+        )
+    return calls
