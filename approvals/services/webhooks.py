@@ -34,6 +34,8 @@ from budgets.spend import run_costs
 from console import outbox
 from console.errors import Invalid
 from console.services import audit
+from notifications.slack import slack_message
+from runs.models import Run
 
 log = logging.getLogger(__name__)
 
@@ -290,10 +292,24 @@ def _claim(delivery, now) -> bool:
     )
 
 
+def _body(delivery) -> dict:
+    """The delivery's JSON body in its webhook's format (gavel: the wire body; slack: Block
+    Kit, notifications/slack.py, which also says whom the run is for)."""
+    message = {**delivery.payload, "deliveryId": delivery.delivery_id}
+    if delivery.webhook.format != WebhookFormat.SLACK:
+        return message
+    approval = message.get("approval") if isinstance(message.get("approval"), dict) else {}
+    run = (
+        Run.objects.filter(tenant_id=delivery.webhook.tenant_id, external_id=approval.get("runId"))
+        .select_related("principal")
+        .first()
+    )
+    run_for = run.principal.external_id if run is not None and run.principal_id else None
+    return slack_message(message, run_for=run_for)
+
+
 def _post(delivery, client) -> tuple[int | None, str]:
-    body = json.dumps(
-        {**delivery.payload, "deliveryId": delivery.delivery_id}, separators=(",", ":")
-    ).encode()
+    body = json.dumps(_body(delivery), separators=(",", ":")).encode()
     headers = {
         "Content-Type": "application/json",
         "User-Agent": "Gavel-Webhooks/1",

@@ -1,0 +1,127 @@
+"""Slack Block Kit bodies for `--format slack` webhooks (a Slack incoming-webhook URL): the
+same events as the gavel format, as `{"text", "blocks"}`. Pure: it reads the event's wire body
+(and, for approvals, whom the run is for), never the database, so the webhook sender of any
+floor may call it.
+
+An approval's message shows the tool, the reason, a short argument summary, the run and whom
+it is for, and buttons that open the card in the console (`slackDecisions: "link"`, the
+default). A decided call's message says who decided and has no buttons.
+"""
+
+from __future__ import annotations
+
+import json
+
+from console import links
+
+ARGUMENTS_MAX = 300
+HEADLINE = {
+    "approval.requested": "A call waits for a decision",
+    "approval.reminder": "Reminder: a call still waits for a decision",
+    "approval.escalated": "Escalated: a call has waited too long",
+    "approval.decided": "A call was decided",
+}
+
+
+def _esc(text) -> str:
+    """Slack's mrkdwn control characters, escaped as its docs ask."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _summary(arguments) -> str:
+    text = json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "), default=str)
+    text = text.replace("```", "'''")
+    return text if len(text) <= ARGUMENTS_MAX else text[: ARGUMENTS_MAX - 1] + "…"
+
+
+def _outcome(approval: dict) -> str:
+    who = approval.get("decidedBy")
+    if approval.get("decidedByRule"):
+        who = f"rule {approval['decidedByRule']}"
+    by = f" by {who}" if who else ""
+    return f"{approval.get('status', 'decided').capitalize()}{by}"
+
+
+def approval_message(event: str, approval: dict, *, run_for: str | None) -> dict:
+    tool, run = approval.get("toolName", "?"), approval.get("runId", "?")
+    card = links.public_url(f"/approvals/{approval.get('id')}/")
+    pending = approval.get("status") == "pending"
+    headline = HEADLINE.get(event, event)
+    if not pending:
+        headline = f"{_outcome(approval)}: {tool}"
+    who = f" for {run_for}" if run_for else ""
+    text = f"{headline}: {tool} (run {run}{who})" if pending else f"{headline} (run {run}{who})"
+    fields = [f"*Tool*\n`{_esc(tool)}`", f"*Run*\n{_esc(run)}", f"*For*\n{_esc(run_for or '—')}"]
+    blocks = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*{_esc(headline)}*"}},
+        {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
+        {
+            "type": "section",
+            "text": {
+                "type": "mrkdwn",
+                "text": f"*Reason*\n{_esc(approval.get('reason') or '(none given)')}",
+            },
+        },
+        {
+            "type": "context",
+            "elements": [
+                {"type": "mrkdwn", "text": f"```{_esc(_summary(approval.get('arguments')))}```"}
+            ],
+        },
+    ]
+    if pending:
+        blocks.append(
+            {
+                "type": "actions",
+                "block_id": f"gavel:{approval.get('id')}",
+                "elements": [
+                    _link("Approve", card, "primary"),
+                    _link("Deny", card, "danger"),
+                    _link("Open in Gavel", card),
+                ],
+            }
+        )
+    else:
+        blocks.append(_open(card))
+    return {"text": _esc(text), "blocks": blocks}
+
+
+def _link(label: str, url: str, style: str | None = None) -> dict:
+    """A button that opens the card (deciding happens in the console: `slackDecisions:
+    "link"`)."""
+    button = {
+        "type": "button",
+        "text": {"type": "plain_text", "text": label},
+        "url": url,
+        "action_id": f"open_{label.lower().replace(' ', '_')}",
+    }
+    if style:
+        button["style"] = style
+    return button
+
+
+def _open(url: str) -> dict:
+    return {"type": "actions", "elements": [_link("Open in Gavel", url)]}
+
+
+def budget_message(payload: dict) -> dict:
+    budget = payload.get("budget") or {}
+    url = links.public_url(f"/budgets/{budget.get('id')}/")
+    headline = f"Budget '{budget.get('name', '?')}' reached {payload.get('threshold')}%"
+    return {
+        "text": _esc(headline),
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": f"*{_esc(headline)}*"}},
+            _open(url),
+        ],
+    }
+
+
+def slack_message(payload: dict, *, run_for: str | None = None) -> dict:
+    """The Slack body of one delivery's wire body (`{"event", "deliveryId", ...}`)."""
+    event = payload.get("event", "")
+    if isinstance(payload.get("approval"), dict):
+        return approval_message(event, payload["approval"], run_for=run_for)
+    if event == "budget.threshold_crossed":
+        return budget_message(payload)
+    return {"text": _esc(f"Gavel: {event}"), "blocks": []}  # e.g. a test event
