@@ -274,6 +274,29 @@ def _override_refusal(principal: Principal | None, approval) -> str | None:
     return None
 
 
+def slack_decide_refusal(principal: Principal, approval) -> str | None:
+    """Why this principal may not decide this approval from Slack (None: it may): every v1
+    rule, and one of the roles that let it decide the tool must allow Slack (`slackDecide`).
+    Deciding in Slack trusts Slack's sign-in: the tenant turns it on (`slackDecisions`)."""
+    reason = decide_refusal(principal, approval)
+    if reason:
+        return reason
+    if approval.run.tenant.slack_decisions != "decide":
+        return "deciding from Slack is off for this tenant: open the card in the console"
+    granting = [
+        role
+        for role in _roles(principal)
+        if "admin" in role.capabilities
+        or (
+            "decide" in role.capabilities
+            and any(fnmatchcase(approval.tool_name, glob) for glob in role.decide_tools)
+        )
+    ]
+    if not any(role.slack_decide for role in granting):
+        return f"your roles do not allow deciding '{approval.tool_name}' from Slack"
+    return None
+
+
 def may_decide(viewer: Viewer, approval) -> None:
     """Forbidden unless the viewer may decide this approval; NotFound for another tenant's."""
     if approval.tenant_id != viewer.tenant_id:

@@ -4,8 +4,9 @@ same events as the gavel format, as `{"text", "blocks"}`. Pure: it reads the eve
 floor may call it.
 
 An approval's message shows the tool, the reason, a short argument summary, the run and whom
-it is for, and buttons that open the card in the console (`slackDecisions: "link"`, the
-default). A decided call's message says who decided and has no buttons.
+it is for, and buttons: with `slackDecisions: "link"` (the default) they open the card in the
+console; with "decide", Approve and Deny decide from Slack. A decided call's message says who
+decided and has no decision buttons.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ def _outcome(approval: dict) -> str:
     return f"{approval.get('status', 'decided').capitalize()}{by}"
 
 
-def approval_message(event: str, approval: dict, *, run_for: str | None) -> dict:
+def approval_message(
+    event: str, approval: dict, *, run_for: str | None, decide: bool = False
+) -> dict:
     tool, run = approval.get("toolName", "?"), approval.get("runId", "?")
     card = links.public_url(f"/approvals/{approval.get('id')}/")
     pending = approval.get("status") == "pending"
@@ -75,8 +78,9 @@ def approval_message(event: str, approval: dict, *, run_for: str | None) -> dict
                 "type": "actions",
                 "block_id": f"gavel:{approval.get('id')}",
                 "elements": [
-                    _link("Approve", card, "primary"),
-                    _link("Deny", card, "danger"),
+                    *(_decisions(approval["id"]) if decide else ()),
+                    *(() if decide else (_link("Approve", card, "primary"),)),
+                    *(() if decide else (_link("Deny", card, "danger"),)),
                     _link("Open in Gavel", card),
                 ],
             }
@@ -100,6 +104,21 @@ def _link(label: str, url: str, style: str | None = None) -> dict:
     return button
 
 
+def _decisions(approval_id: str) -> tuple[dict, dict]:
+    """Buttons that decide in Slack (`slackDecisions: "decide"`): Slack posts the press to
+    `/integrations/slack/actions` (notifications/slack_actions.py)."""
+    return tuple(
+        {
+            "type": "button",
+            "text": {"type": "plain_text", "text": label},
+            "action_id": f"gavel_{label.lower()}",
+            "value": approval_id,
+            "style": style,
+        }
+        for label, style in (("Approve", "primary"), ("Deny", "danger"))
+    )
+
+
 def _open(url: str) -> dict:
     return {"type": "actions", "elements": [_link("Open in Gavel", url)]}
 
@@ -117,11 +136,12 @@ def budget_message(payload: dict) -> dict:
     }
 
 
-def slack_message(payload: dict, *, run_for: str | None = None) -> dict:
-    """The Slack body of one delivery's wire body (`{"event", "deliveryId", ...}`)."""
+def slack_message(payload: dict, *, run_for: str | None = None, decide: bool = False) -> dict:
+    """The Slack body of one delivery's wire body (`{"event", "deliveryId", ...}`); `decide`:
+    the tenant lets people decide from Slack (else every button opens the card)."""
     event = payload.get("event", "")
     if isinstance(payload.get("approval"), dict):
-        return approval_message(event, payload["approval"], run_for=run_for)
+        return approval_message(event, payload["approval"], run_for=run_for, decide=decide)
     if event == "budget.threshold_crossed":
         return budget_message(payload)
     return {"text": _esc(f"Gavel: {event}"), "blocks": []}  # e.g. a test event

@@ -15,7 +15,7 @@ from approvals.services.settle import approval_mirror_targets
 from approvals.services.webhooks import webhooks_approval_requested
 from console import outbox, realtime
 from console.errors import Conflict
-from notifications.models import CallBatch
+from notifications.models import CallBatch, EmailChoice, NotificationSettings
 from runs.models import Run
 
 
@@ -83,8 +83,12 @@ def approvals_request(
 
 def _mail_later(*, run: Run, approvals: list[Approval]) -> None:
     """One durable row for the "now" mail of these calls (notifications/calls.py mails each
-    recipient once for the batch, after commit, off the request)."""
-    if approvals:
+    recipient once for the batch, after commit, off the request); none when no one in the
+    tenant chose "now"."""
+    if not approvals:
+        return
+    wanted = NotificationSettings.objects.filter(tenant_id=run.tenant_id, email=EmailChoice.NOW)
+    if wanted.exists():
         CallBatch.objects.create(tenant_id=run.tenant_id, approval_ids=[a.pk for a in approvals])
         transaction.on_commit(outbox.kick)
 

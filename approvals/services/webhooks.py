@@ -305,7 +305,8 @@ def _body(delivery) -> dict:
         .first()
     )
     run_for = run.principal.external_id if run is not None and run.principal_id else None
-    return slack_message(message, run_for=run_for)
+    decide = delivery.webhook.tenant.slack_decisions == "decide"
+    return slack_message(message, run_for=run_for, decide=decide)
 
 
 def _post(delivery, client) -> tuple[int | None, str]:

@@ -1,0 +1,186 @@
+"""`POST /integrations/slack/actions`: a press of Approve/Deny in a Slack message, verified by
+Slack's v0 signature (slack_sdk's verifier) and a timestamp under 5 minutes old, decides as
+the principal whose `slackUserId` it is, under every v1 rule (roles, four-eyes, exactly once),
+and answers with the outcome (the message replaced: who decided, no decision buttons)."""
+
+import json
+import time
+from urllib.parse import urlencode
+
+import pytest
+from slack_sdk.signature import SignatureVerifier
+
+from approvals.models import ApprovalStatus
+from console.models import AuditEvent, Role
+from notifications.models import NotificationSettings
+from notifications.slack import slack_message
+from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory
+
+pytestmark = pytest.mark.django_db
+
+URL = "/integrations/slack/actions"
+SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+
+
+@pytest.fixture
+def held(tenant_a, reviewer_a):
+    tenant_a.slack_signing_secret = SECRET
+    tenant_a.slack_decisions = "decide"
+    tenant_a.save()
+    NotificationSettings.objects.create(
+        tenant=tenant_a, principal=reviewer_a, slack_user_id="U0REV"
+    )
+    alice = PrincipalFactory(tenant=tenant_a, external_id="alice@a.example")
+    run = RunFactory(tenant=tenant_a, principal=alice, external_id="run_slack")
+    return ApprovalFactory(run=run, tool_name="send_email")
+
+
+def press(approval, action="gavel_approve", user="U0REV"):
+    payload = {
+        "type": "block_actions",
+        "user": {"id": user, "username": "rita"},
+        "actions": [{"action_id": action, "value": approval.public_id, "type": "button"}],
+        "response_url": "https://hooks.slack.com/actions/T/1/x",
+    }
+    return urlencode({"payload": json.dumps(payload)}).encode()
+
+
+def post(client, body, *, secret=SECRET, age=0, signature=None):
+    timestamp = str(int(time.time()) - age)
+    signed = SignatureVerifier(secret).generate_signature(timestamp=timestamp, body=body)
+    return client.post(
+        URL,
+        body,
+        content_type="application/x-www-form-urlencoded",
+        headers={
+            "X-Slack-Request-Timestamp": timestamp,
+            "X-Slack-Signature": signature or signed,
+        },
+    )
+
+
+def decided(approval):
+    approval.refresh_from_db()
+    return approval.status
+
+
+def test_a_signed_press_approves_as_the_mapped_principal_and_replaces_the_message(
+    client, held, reviewer_a
+):
+    response = post(client, press(held))
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["replace_original"] is True
+    assert answer["text"] == (
+        "Approved by reviewer@a.example: send_email (run run_slack for alice@a.example)"
+    )
+    kinds = [e.get("action_id") for b in answer["blocks"] if b["type"] == "actions"
+             for e in b["elements"]]  # fmt: skip
+    assert kinds == ["open_open_in_gavel"]  # the decision buttons are gone
+    held.refresh_from_db()
+    assert held.status == ApprovalStatus.APPROVED and held.decided_by == reviewer_a
+    assert AuditEvent.objects.filter(action="approval.decided").count() == 1
+
+
+def test_a_replayed_press_changes_nothing(client, held):
+    body = press(held)
+    assert post(client, body).status_code == 200
+    held.refresh_from_db()
+    first_at = held.decided_at
+    again = post(client, body)  # the same signed request, again (within 5 minutes)
+    assert again.status_code == 200 and again.json()["text"].startswith("Approved by reviewer")
+    held.refresh_from_db()
+    assert held.decided_at == first_at
+    assert AuditEvent.objects.filter(action="approval.decided").count() == 1
+    deny = post(client, press(held, action="gavel_deny"))  # the other button, later: too late
+    assert deny.json()["text"].startswith("Approved by reviewer") and decided(held) == "approved"
+
+
+def test_deny_denies(client, held):
+    assert post(client, press(held, action="gavel_deny")).status_code == 200
+    assert decided(held) == ApprovalStatus.DENIED
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["wrong secret", "forged signature", "old timestamp"],
+)
+def test_a_bad_signature_or_an_old_timestamp_is_401_audited_and_decides_nothing(client, held, how):
+    body = press(held)
+    if how == "wrong secret":
+        response = post(client, body, secret="not-the-secret")
+    elif how == "forged signature":
+        response = post(client, body, signature="v0=" + "0" * 64)
+    else:
+        response = post(client, body, age=6 * 60)  # signed right, but over 5 minutes old
+    assert response.status_code == 401
+    assert decided(held) == ApprovalStatus.PENDING
+    refused = AuditEvent.objects.get(action="slack.refused")
+    assert refused.object_id == held.public_id and refused.tenant_id == held.tenant_id
+
+
+def test_an_unknown_approval_or_no_secret_is_401(client, held, tenant_a):
+    body = urlencode({"payload": json.dumps({"actions": [
+        {"action_id": "gavel_approve", "value": "apr_nope"}]})}).encode()  # fmt: skip
+    assert post(client, body).status_code == 401
+    assert post(client, b"payload=not-json").status_code == 401
+    tenant_a.slack_signing_secret = ""
+    tenant_a.save()
+    assert post(client, press(held)).status_code == 401
+    assert decided(held) == ApprovalStatus.PENDING
+
+
+def test_a_slack_user_with_no_principal_gets_a_polite_reply_and_nothing_is_decided(client, held):
+    response = post(client, press(held, user="U0STRANGER"))
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["response_type"] == "ephemeral" and answer["replace_original"] is False
+    assert "does not know who you are" in answer["text"]
+    assert decided(held) == ApprovalStatus.PENDING
+
+
+def test_link_mode_decides_nothing(client, held, tenant_a):
+    tenant_a.slack_decisions = "link"
+    tenant_a.save()
+    answer = post(client, press(held)).json()
+    assert "deciding from Slack is off" in answer["text"]
+    assert decided(held) == ApprovalStatus.PENDING
+
+
+def test_a_role_may_forbid_deciding_its_tools_from_slack(client, held, tenant_a):
+    Role.objects.filter(tenant=tenant_a, name="reviewer").update(slack_decide=False)
+    answer = post(client, press(held)).json()
+    assert "do not allow deciding 'send_email' from Slack" in answer["text"]
+    assert decided(held) == ApprovalStatus.PENDING
+
+
+def test_no_one_decides_their_own_run_from_slack(client, held, tenant_a):
+    alice = held.run.principal
+    alice.roles.add(Role.objects.get(tenant=tenant_a, name="reviewer"))
+    NotificationSettings.objects.create(tenant=tenant_a, principal=alice, slack_user_id="U0ALICE")
+    answer = post(client, press(held, user="U0ALICE")).json()
+    assert "for themselves" in answer["text"]
+    assert decided(held) == ApprovalStatus.PENDING
+
+
+def test_another_tenants_slack_user_id_is_not_this_tenants_principal(client, held, reviewer_b):
+    NotificationSettings.objects.create(
+        tenant=reviewer_b.tenant, principal=reviewer_b, slack_user_id="U0BEE"
+    )
+    answer = post(client, press(held, user="U0BEE")).json()
+    assert "does not know who you are" in answer["text"]
+    assert decided(held) == ApprovalStatus.PENDING
+
+
+def test_decide_mode_messages_carry_buttons_that_post_to_the_endpoint():
+    message = slack_message(
+        {"event": "approval.requested", "approval": {"id": "apr_1", "status": "pending",
+                                                     "toolName": "t", "runId": "r"}},
+        decide=True,
+    )  # fmt: skip
+    [actions] = [b for b in message["blocks"] if b["type"] == "actions"]
+    assert [(e.get("action_id"), e.get("value")) for e in actions["elements"]] == [
+        ("gavel_approve", "apr_1"),
+        ("gavel_deny", "apr_1"),
+        ("open_open_in_gavel", None),
+    ]
