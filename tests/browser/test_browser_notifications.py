@@ -64,7 +64,7 @@ def test_a_new_call_shows_a_system_notification_that_opens_its_card(browser_cont
         shot(page, "settings")
         assert page.evaluate("window.__notes.length") == 0
         post(api, {**HELD, "seq": 1})
-        page.wait_for_function("window.__notes.length > 0", timeout=5_000)
+        page.wait_for_function("() => window.__notes.length > 0", timeout=5_000)
         page.wait_for_timeout(300)
         notes = page.evaluate("window.__notes.map(n => [n.title, n.body, n.tag, n.error || ''])")
         assert len(notes) == 1, notes  # one call, one notification

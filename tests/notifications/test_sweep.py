@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from approvals.models import ApprovalStatus, WebhookDelivery
+from approvals.models import Approval, ApprovalStatus, WebhookDelivery
 from approvals.services import webhooks
 from console.models import Principal, Team
 from notifications.models import ApprovalNotice, Notification, OutboundEmail
@@ -18,7 +18,13 @@ from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory
 
 pytestmark = pytest.mark.django_db
 
-T0 = timezone.now().replace(microsecond=0)
+T0 = None  # each test's start (the autouse fixture below)
+
+
+@pytest.fixture(autouse=True)
+def _t0():
+    global T0
+    T0 = timezone.now().replace(microsecond=0)
 
 
 def at(seconds):
@@ -85,7 +91,8 @@ def test_escalation_without_team_leads_goes_to_the_admins(setup):
 
 def test_a_decided_or_expired_call_is_neither_reminded_nor_escalated(setup, tenant_a):
     approval = setup["approval"]
-    other = ApprovalFactory(run=setup["run"], requested_at=T0, expires_at=at(30))
+    # Past its expiry by the real clock too (the decision writer checks it at the real time).
+    other = ApprovalFactory(run=setup["run"], requested_at=at(-60), expires_at=at(-1))
     counts = sweep(now=at(400))  # `other` is past its expiry: expired, fail closed
     assert counts["expired"] == 1 and counts["reminded"] == 1 and counts["escalated"] == 1
     other.refresh_from_db()
@@ -113,8 +120,10 @@ def test_another_tenants_calls_do_not_reach_this_tenants_people(setup, tenant_b,
 
 
 def test_the_command_reports_what_the_sweep_did(setup, tenant_a):
-    tenant_a.reminder_after_seconds = 1  # due now: the command sweeps at the real time
+    tenant_a.reminder_after_seconds = 60  # due now: the command sweeps at the real time
+    tenant_a.escalate_after_seconds = 10**6
     tenant_a.save()
+    Approval.objects.filter(pk=setup["approval"].pk).update(requested_at=at(-120))
     out = StringIO()
     call_command("expire_approvals", stdout=out)
     assert "sent 1 reminders and 0 escalations" in out.getvalue()
