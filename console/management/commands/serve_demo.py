@@ -84,10 +84,12 @@ class Command(BaseCommand):
             )
             # The agent starts beside the server, not after it: its first requests retry until
             # the server answers, so its start-up overlaps the server's.
-            sweeper = self._manage("expire_approvals", "--loop")
             if not no_agent:
                 agent = self._agent(url)
             wait_until_answering(f"{url}/accounts/login/", server, startup_timeout)
+            # The sweep starts once the server answers: its start-up does not compete with
+            # the server's and the agent's first runs.
+            sweeper = self._manage("expire_approvals", "--loop")
             self._banner(url)
             while not stopping.is_set():
                 if server.poll() is not None:
