@@ -14,7 +14,7 @@ from console.errors import Conflict
 from console.models import ApiKey
 from console.services import audit
 from notifications.models import EmailChoice, NotificationSettings
-from notifications.schemas import notification_settings_resource
+from notifications.schemas import NotificationSettingsOut, notification_settings_resource
 
 
 def _slack_taken(row: NotificationSettings) -> Conflict:
@@ -69,7 +69,12 @@ def notification_settings_update(*, viewer, fields: dict) -> NotificationSetting
         object_id=principal.external_id,
         principal=principal,
         key=viewer if isinstance(viewer, ApiKey) else None,
-        before=before,
-        after=after,
+        before=_wire(before),
+        after=_wire(after),
     )
     return row
+
+
+def _wire(resource: dict) -> dict:
+    """The settings as the API shows them (camelCase), for the audit log."""
+    return NotificationSettingsOut.model_validate(resource).model_dump(by_alias=True)

@@ -39,9 +39,9 @@ def test_patch_changes_the_given_fields_and_audits_before_and_after(me_a, review
     assert row.next_digest_at is not None and row.digest_through is not None
     event = AuditEvent.objects.get(action="notification_settings.updated")
     assert event.object_id == "reviewer@a.example" and event.actor_principal == reviewer_a
-    assert event.data["before"] == {"email": "off", "digest_minutes": 30,
-                                    "slack_user_id": None, "browser": True}  # fmt: skip
-    assert event.data["after"]["email"] == "digest"
+    assert event.before == DEFAULTS  # the wire form, before → after
+    assert event.after == {**DEFAULTS, "email": "digest", "digestMinutes": 15,
+                           "slackUserId": "U024BE7LH"}  # fmt: skip
     # The same body again changes nothing and is not audited again.
     assert me_a.patch(URL, {"email": "digest"}).status_code == 200
     assert AuditEvent.objects.filter(action="notification_settings.updated").count() == 1
