@@ -25,7 +25,7 @@ from django.views.decorators.http import require_POST
 
 from console import access, realtime, signin
 from console.models import Principal
-from console.services import audit
+from console.services import audit, sso
 from console.views import error_page
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,8 @@ def password_attempt(request, *, username: str, check, **facts):
                 **facts,
             )
         return attempt, False
-    if check():
+    result = check()  # True, False, or the reason a right password is refused
+    if result is True:
         signin.attempt_succeeded(attempt)
         audit_signin(request, action="signin.succeeded", username=username, **facts)
         return None, True
@@ -120,7 +121,7 @@ def password_attempt(request, *, username: str, check, **facts):
         request,
         action="signin.failed",
         username=username,
-        reason=_failure_reason(username),
+        reason=result if isinstance(result, str) else _failure_reason(username),
         **extra,
         **facts,
     )
@@ -146,14 +147,27 @@ class SignInView(LoginView):
 
     authentication_form = SignInForm
 
+    def get_context_data(self, **kwargs):
+        return {**super().get_context_data(**kwargs), "sso_offered": sso.oidc_offered()}
+
     def post(self, request, *args, **kwargs):
         form = self.get_form()
         username = str(request.POST.get("username", ""))
-        refused, ok = password_attempt(request, username=username, check=form.is_valid)
+        sso_only = []
+
+        def check():
+            if not form.is_valid():
+                return False
+            sso_only.append(sso.password_refusal(form.get_user()))
+            return "password_login_disabled" if sso_only[0] else True
+
+        refused, ok = password_attempt(request, username=username, check=check)
         if refused is not None:
             return locked_page(request, refused)
         if ok:
             return self.form_valid(form)
+        if sso_only and sso_only[0]:  # the password was right, but this tenant uses SSO
+            return self.render_to_response(self.get_context_data(form=form, sso_only=True))
         return self.form_invalid(form)
 
 

@@ -23,6 +23,7 @@ from console import access, signin
 from console.api_audit import router as audit_router
 from console.api_directory import router as directory_router
 from console.api_keys import router as keys_router
+from console.api_oidc import router as oidc_router
 from console.errors import GavelError
 from console.schemas import strict_json
 from console.services.auditlog import audit_refused
@@ -266,3 +267,4 @@ api.add_router("/", budgets_router)
 api.add_router("/", directory_router)  # principals, roles, teams (admin)
 api.add_router("/", keys_router)  # API keys, tenant settings (admin)
 api.add_router("/", audit_router)  # the audit log (admin)
+api.add_router("/", oidc_router)  # single sign-on settings (admin)

@@ -259,6 +259,29 @@ class AuditRefusalThrottle(models.Model):
         ]
 
 
+class TenantOidc(models.Model):
+    """A tenant's single sign-on: its OpenID provider and how its people map to principals
+    (console/sso.py runs the flow; console/oidc.py speaks the protocol). The client secret is
+    stored encrypted (console/crypto.py) and never leaves on the wire."""
+
+    PRINCIPAL_CLAIMS = ("email", "preferred_username", "sub")
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="oidc")
+    issuer = models.URLField(max_length=500)
+    client_id = models.CharField(max_length=255)
+    client_secret_encrypted = models.TextField(blank=True)
+    principal_claim = models.CharField(max_length=32, default="email")
+    groups_claim = models.CharField(max_length=100, default="groups")
+    role_map = models.JSONField(default=dict)  # IdP group -> role name
+    # Email domains whose people the login page sends to this tenant's provider.
+    email_domains = models.JSONField(default=list)
+    allow_password_login = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self):
+        return f"{self.tenant.slug}: {self.issuer}"
+
+
 class SigninThrottle(models.Model):
     """Failed sign-in attempts of one account or one address in the current window, and the
     lock they caused (console/signin.py). One row per (scope, key), changed only by atomic

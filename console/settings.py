@@ -313,6 +313,11 @@ SERVER_EMAIL = DEFAULT_FROM_EMAIL
 GAVEL_PUBLIC_URL = env_public_url("GAVEL_PUBLIC_URL")
 # Development and tests only: also accept http:// webhook URLs.
 GAVEL_WEBHOOK_ALLOW_HTTP = env_bool("GAVEL_WEBHOOK_ALLOW_HTTP", False)
+# Development and tests only: also accept an http:// OpenID Connect issuer.
+GAVEL_OIDC_ALLOW_HTTP = env_bool("GAVEL_OIDC_ALLOW_HTTP", False)
+# The key that encrypts stored secrets (a tenant's OIDC client secret): a Fernet key
+# (32 url-safe base64 bytes); unset, one is derived from SECRET_KEY (console/crypto.py).
+GAVEL_ENCRYPTION_KEY = os.environ.get("GAVEL_ENCRYPTION_KEY", "")
 
 # Sign-in protection (the contract's numbers): 5 failures for one account or 20 from one
 # address within the window lock it for the lockout period.

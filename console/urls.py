@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from console import accounts, views
+from console import accounts, sso, views
 from console.api import api
 
 urlpatterns = [
@@ -12,6 +12,7 @@ urlpatterns = [
     path("accounts/login/", accounts.sign_in, name="login"),
     path("accounts/reauth/", accounts.reauth, name="reauth"),
     path("accounts/tenant/", accounts.switch_tenant, name="switch_tenant"),
+    *sso.urlpatterns,  # Sign in with SSO (OpenID Connect, per tenant)
     path("accounts/", include("django.contrib.auth.urls")),
     path("", views.home, name="home"),
     path("", include("console.manage.urls")),

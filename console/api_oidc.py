@@ -1,0 +1,61 @@
+"""A tenant's single sign-on settings over the wire (`admin`: a `manage` key acting as its
+principal, or a signed-in admin's browser session). Handlers only translate."""
+
+from ninja import Router
+
+from console.auth import CapableSession, PrincipalKeyAuth
+from console.errors import NotFound
+from console.schemas import errors
+from console.schemas_oidc import OidcOut, OidcPatch
+from console.services import sso as services
+from console.signin import require_recent_auth_api
+
+router = Router(tags=["single sign-on"])
+
+ADMIN = [PrincipalKeyAuth("manage", "admin"), CapableSession("admin")]
+
+
+def _out(request, config) -> dict:
+    wire = services.oidc_wire(config)
+    return {**wire, "redirectUri": services.redirect_uri(request.auth.tenant, request)}
+
+
+@router.get(
+    "/tenant/oidc",
+    auth=ADMIN,
+    response={200: OidcOut, **errors(404)},
+    by_alias=True,
+    summary="The tenant's OpenID Connect settings (404 oidc_not_configured: none yet)",
+)
+def oidc_get(request):
+    config = services.oidc_of(request.auth.tenant)
+    if config is None:
+        raise NotFound("single sign-on is not configured", code="oidc_not_configured")
+    return _out(request, config)
+
+
+@router.patch(
+    "/tenant/oidc",
+    auth=ADMIN,
+    response={200: OidcOut, **errors(409, 413, 422)},
+    by_alias=True,
+    summary="Set or change the OpenID Connect settings (the issuer's discovery is read)",
+)
+def oidc_patch(request, payload: OidcPatch):
+    require_recent_auth_api(request)
+    config = services.oidc_update(
+        tenant=request.auth.tenant, fields=payload.changes(), viewer=request.auth
+    )
+    return _out(request, config)
+
+
+@router.delete(
+    "/tenant/oidc",
+    auth=ADMIN,
+    response={204: None},
+    summary="Turn single sign-on off",
+)
+def oidc_delete(request):
+    require_recent_auth_api(request)
+    services.oidc_delete(tenant=request.auth.tenant, viewer=request.auth)
+    return 204, None

@@ -1,0 +1,206 @@
+"""Sign in with SSO: the browser side of a tenant's OpenID Connect (the authorization-code
+flow with PKCE S256, a fresh state and nonce per attempt).
+
+`POST /accounts/sso/` (CSRF; `org` = a tenant slug or a work email whose domain a tenant
+claims) starts an attempt: its state, nonce and PKCE verifier go into the session under the
+tenant's slug, and the browser goes to the provider. The provider sends it back to
+`/accounts/sso/<slug>/callback/`, where the attempt is taken out of the session (one use),
+the state compared, the code exchanged (with the verifier) and the ID token verified
+(console/oidc.py); then the principal it names is signed in (console/services/sso.py).
+Every refusal is a page that says what went wrong and a `signin.failed` in the tenant's audit
+log (the tenant is in the callback's address, so even a stray callback is recorded).
+"""
+
+import hmac
+import logging
+import time
+
+from django.contrib.auth import login
+from django.shortcuts import redirect, render
+from django.urls import path
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+
+from console import access, crypto, oidc, signin
+from console.accounts import USER_AGENT_LIMIT, _safe_next
+from console.models import Tenant, TenantOidc
+from console.services import audit
+from console.services import sso as services
+
+log = logging.getLogger(__name__)
+SESSION_KEY = "gavel_sso"
+ATTEMPT_SECONDS = 10 * 60  # an attempt not completed within this is refused
+BACKEND = "django.contrib.auth.backends.ModelBackend"
+
+
+def _facts(request, **extra) -> dict:
+    return {
+        "method": "sso",
+        "address": signin.client_address(request),
+        "userAgent": request.META.get("HTTP_USER_AGENT", "")[:USER_AGENT_LIMIT],
+        **extra,
+    }
+
+
+def _refused(request, *, tenant, reason: str, message: str, principal_id=None, status=403):
+    """The refusal page, and `signin.failed` in the tenant's audit log."""
+    if tenant is not None:
+        audit(
+            tenant=tenant,
+            action="signin.failed",
+            object_type="principal" if principal_id else "tenant",
+            object_id=principal_id or tenant.slug,
+            data=_facts(request, reason=reason, detail=message[:500]),
+        )
+    else:
+        log.warning("SSO sign-in refused for no tenant: %s %s", reason, message)
+    context = {"message": message, "reason": reason}
+    return render(request, "registration/sso_refused.html", context, status=status)
+
+
+def _config_for(org: str) -> TenantOidc | None:
+    """The SSO settings of a tenant named by slug, or by a work email's domain."""
+    org = org.strip().lower()
+    if "@" in org:
+        domain = org.rsplit("@", 1)[1]
+        return next(
+            (c for c in TenantOidc.objects.select_related("tenant") if domain in c.email_domains),
+            None,
+        )
+    return TenantOidc.objects.select_related("tenant").filter(tenant__slug=org).first()
+
+
+@never_cache
+@require_POST
+def sso_start(request):
+    org = str(request.POST.get("org", ""))[:254]
+    config = _config_for(org) if org.strip() else None
+    if config is None:
+        return render(
+            request,
+            "registration/login.html",
+            {"sso_offered": True, "sso_org": org, "sso_unknown": True},
+            status=404,
+        )
+    try:
+        metadata = oidc.discover(config.issuer)
+    except oidc.OidcError as error:
+        return _refused(
+            request,
+            tenant=config.tenant,
+            reason="discovery_failed",
+            message=f"Your organisation's identity provider could not be reached: {error.message}",
+            status=502,
+        )
+    attempt = oidc.new_attempt()
+    attempts = request.session.get(SESSION_KEY, {})
+    attempts[config.tenant.slug] = {
+        **attempt,
+        "at": time.time(),
+        "next": _safe_next(request, request.POST.get("next")),
+    }
+    request.session[SESSION_KEY] = attempts
+    url = oidc.authorization_url(
+        metadata,
+        client_id=config.client_id,
+        redirect_uri=services.redirect_uri(config.tenant, request),
+        attempt=attempt,
+        login_hint=org.strip().lower() if "@" in org else None,
+    )
+    return redirect(url)
+
+
+def _take_attempt(request, slug: str) -> dict | None:
+    attempts = request.session.get(SESSION_KEY, {})
+    attempt = attempts.pop(slug, None)
+    request.session[SESSION_KEY] = attempts
+    return attempt
+
+
+def _check_response(request, config, attempt) -> None:
+    """Raises OidcError unless the provider's answer belongs to this very attempt."""
+    params = request.GET
+    if attempt is None:
+        raise oidc.OidcError(
+            "no_attempt", "No sign-in was in progress here (it was used already, or expired)."
+        )
+    if params.get("error"):
+        raise oidc.OidcError(
+            "idp_error",
+            f"Your identity provider did not sign you in ({params.get('error')[:100]}).",
+        )
+    if not hmac.compare_digest(str(params.get("state", "")), attempt["state"]):
+        raise oidc.OidcError("state_mismatch", "This answer is not for the sign-in you started.")
+    if time.time() - attempt["at"] > ATTEMPT_SECONDS:
+        raise oidc.OidcError("attempt_expired", "The sign-in took too long: start it again.")
+    if params.get("iss") not in (None, config.issuer):
+        raise oidc.OidcError("issuer_mismatch", "The answer came from an unknown issuer.")
+    if not params.get("code"):
+        raise oidc.OidcError("no_code", "Your identity provider sent no code.")
+
+
+def _claims(request, config, attempt) -> dict:
+    """The verified claims of the ID token this attempt's code is exchanged for."""
+    _check_response(request, config, attempt)
+    metadata = oidc.discover(config.issuer)
+    secret = crypto.decrypt(config.client_secret_encrypted) or ""
+    if not secret:
+        raise oidc.OidcError("no_secret", "Single sign-on needs its client secret set again.")
+    token = oidc.exchange_code(
+        metadata,
+        client_id=config.client_id,
+        client_secret=secret,
+        redirect_uri=services.redirect_uri(config.tenant, request),
+        code=request.GET["code"],
+        verifier=attempt["verifier"],
+    )
+    return oidc.verify_id_token(
+        token["id_token"],
+        jwks=oidc.jwks(metadata),
+        issuer=config.issuer,
+        client_id=config.client_id,
+        nonce=attempt["nonce"],
+        access_token=token.get("access_token"),
+    )
+
+
+@never_cache
+@require_GET
+def sso_callback(request, slug: str):
+    tenant = Tenant.objects.filter(slug=slug).first()
+    config = TenantOidc.objects.filter(tenant=tenant).first() if tenant else None
+    attempt = _take_attempt(request, slug)
+    if config is None:
+        message = "This organisation does not sign in with SSO."
+        return _refused(request, tenant=tenant, reason="not_configured", message=message)
+    try:
+        claims = _claims(request, config, attempt)
+        signed_in, user = services.sso_principal(config=config, claims=claims)
+    except oidc.OidcError as error:
+        return _refused(request, tenant=tenant, reason=error.reason, message=error.message)
+    except services.Refused as refusal:
+        return _refused(
+            request,
+            tenant=tenant,
+            reason=refusal.reason,
+            message=refusal.message,
+            principal_id=refusal.principal_id,
+        )
+    login(request, user, backend=BACKEND)
+    request.session[access.TENANT_SESSION_KEY] = tenant.pk
+    principal = signed_in.principal
+    audit(
+        tenant=tenant,
+        action="signin.succeeded",
+        object_type="principal",
+        object_id=principal.external_id,
+        data=_facts(request, issuer=config.issuer, created=signed_in.created),
+        principal=principal,
+    )
+    return redirect(attempt["next"])
+
+
+urlpatterns = [
+    path("accounts/sso/", sso_start, name="sso_start"),
+    path("accounts/sso/<slug:slug>/callback/", sso_callback, name="sso_callback"),
+]
