@@ -1,11 +1,12 @@
 from django.urls import path
 
 from console import views
-from console.manage import views_audit, views_directory, views_keys
+from console.manage import views_audit, views_directory, views_keys, views_oidc
 
 urlpatterns = [
     path("manage/", views.manage, name="manage"),
     *views_directory.urlpatterns,
     *views_keys.urlpatterns,
     *views_audit.urlpatterns,
+    *views_oidc.urlpatterns,  # single sign-on settings
 ]

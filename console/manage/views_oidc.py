@@ -1,0 +1,135 @@
+"""/manage/settings/sso/: the tenant's single sign-on settings (admin). The form only
+translates: its fields become PATCH /api/v1/tenant/oidc's body, validated by that API's own
+schema (console.schemas_oidc.OidcPatch), and saved by the service the API calls; their 422s
+and 409s land on the fields they name."""
+
+from django import forms
+from django.urls import path
+from pydantic import ValidationError
+
+from console.accounts import require_recent_auth
+from console.errors import Conflict, Invalid
+from console.manage.common import admin_view, manage_page
+from console.models import TenantOidc
+from console.schemas_oidc import OidcPatch
+from console.services import sso as services
+
+TEMPLATE = "manage/oidc.html"
+# The first segment of a wire path (a 422's `details[].path`) -> the form field.
+FIELD_OF = {
+    "issuer": "issuer",
+    "clientId": "client_id",
+    "clientSecret": "client_secret",
+    "principalClaim": "principal_claim",
+    "groupsClaim": "groups_claim",
+    "roleMap": "role_map",
+    "emailDomains": "email_domains",
+    "allowPasswordLogin": "allow_password_login",
+}
+
+
+class OidcForm(forms.Form):
+    """Text fields: what a value may be is the API schema's to say."""
+
+    issuer = forms.CharField(required=False)
+    client_id = forms.CharField(required=False)
+    client_secret = forms.CharField(required=False, strip=False)
+    principal_claim = forms.CharField(required=False)
+    groups_claim = forms.CharField(required=False)
+    role_map = forms.CharField(required=False)  # "idp-group = role", one per line
+    email_domains = forms.CharField(required=False)  # comma-separated
+    allow_password_login = forms.BooleanField(required=False)
+
+    @classmethod
+    def of(cls, config: TenantOidc | None):
+        if config is None:
+            return cls(
+                initial={"principal_claim": "email", "groups_claim": "groups"}
+                | {"allow_password_login": True}
+            )
+        return cls(
+            initial={
+                "issuer": config.issuer,
+                "client_id": config.client_id,
+                "principal_claim": config.principal_claim,
+                "groups_claim": config.groups_claim,
+                "role_map": "\n".join(f"{g} = {r}" for g, r in config.role_map.items()),
+                "email_domains": ", ".join(config.email_domains),
+                "allow_password_login": config.allow_password_login,
+            }
+        )
+
+    def body(self) -> dict:
+        data = self.cleaned_data
+        role_map = {}
+        for line in data["role_map"].splitlines():
+            if line.strip():
+                group, _, role = line.partition("=")
+                role_map[group.strip()] = role.strip()
+        body = {
+            "issuer": data["issuer"].strip(),
+            "clientId": data["client_id"].strip(),
+            "principalClaim": data["principal_claim"].strip(),
+            "groupsClaim": data["groups_claim"].strip(),
+            "roleMap": role_map,
+            "emailDomains": [d.strip() for d in data["email_domains"].split(",") if d.strip()],
+            "allowPasswordLogin": data["allow_password_login"],
+        }
+        if data["client_secret"]:  # empty: keep the stored one
+            body["clientSecret"] = data["client_secret"]
+        return body
+
+    def refused(self, details) -> None:
+        for detail in details or []:
+            path = detail.get("path", "")
+            self.add_error(FIELD_OF.get(path.split(".")[0]), detail.get("message", "invalid"))
+
+
+def _page(request, form, *, saved=False, status=200):
+    config = services.oidc_of(request.viewer.tenant)
+    context = {
+        "form": form,
+        "config": config,
+        "saved": saved,
+        "redirect_uri": services.redirect_uri(request.viewer.tenant, request),
+        "principal_claims": TenantOidc.PRINCIPAL_CLAIMS,
+    }
+    return manage_page(request, TEMPLATE, context, tab="settings", status=status)
+
+
+@admin_view
+def oidc_settings(request):
+    if request.method != "POST":
+        return _page(request, OidcForm.of(services.oidc_of(request.viewer.tenant)))
+    return _save(request)
+
+
+@require_recent_auth
+def _save(request):
+    form = OidcForm(request.POST)
+    form.is_valid()
+    try:
+        payload = OidcPatch.model_validate(form.body())
+        services.oidc_update(
+            tenant=request.viewer.tenant, fields=payload.changes(), viewer=request.viewer
+        )
+    except ValidationError as error:
+        form.refused(
+            [
+                {"path": ".".join(str(p) for p in e["loc"]), "message": e["msg"]}
+                for e in error.errors()
+            ]
+        )
+        return _page(request, form, status=422)
+    except Invalid as error:
+        form.refused(error.details or [{"path": "", "message": error.message}])
+        return _page(request, form, status=422)
+    except Conflict as error:  # domain_taken
+        form.add_error(
+            "email_domains", f"{error.message}: {', '.join(error.details['emailDomains'])}"
+        )
+        return _page(request, form, status=409)
+    return _page(request, OidcForm.of(services.oidc_of(request.viewer.tenant)), saved=True)
+
+
+urlpatterns = [path("manage/settings/sso/", oidc_settings, name="manage_oidc")]
