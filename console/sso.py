@@ -107,7 +107,10 @@ def sso_start(request):
         attempt=attempt,
         login_hint=org.strip().lower() if "@" in org else None,
     )
-    return redirect(url)
+    # A page that moves on by itself, not a redirect: the login form's CSP allows forms to post
+    # only to us (form-action 'self'), and browsers apply that to a redirect the form's answer
+    # makes too, so a 302 to the provider would be blocked.
+    return render(request, "registration/sso_redirect.html", {"sso_url": url})
 
 
 def _take_attempt(request, slug: str) -> dict | None:

@@ -85,7 +85,7 @@ def sign_in(page, username: str, password: str, next_path: str = "/runs/") -> No
     page.goto(f"{page.base_url}{next_path}")
     page.get_by_label("Principal id").fill(username)
     page.get_by_label("Password").fill(password)
-    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("button", name="Sign in", exact=True).click()
     page.wait_for_url(f"**{next_path}")
 
 
