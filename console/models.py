@@ -10,7 +10,8 @@ from django.utils import timezone
 CAPABILITIES = ("view_runs", "decide", "view_budgets", "manage_budgets", "manage_rules", "admin")
 # `ingest`: write runs, read decisions; `decide`: decide as the bound principal; `manage`: the
 # management API, acting as the bound principal (under its roles' capabilities).
-SCOPES = ("ingest", "decide", "manage")
+# `scim`: SCIM 2.0 provisioning (/scim/v2/), bound to no principal.
+SCOPES = ("ingest", "decide", "manage", "scim")
 # Scopes that make a key act as a principal: such a key is always bound to one.
 PRINCIPAL_SCOPES = ("decide", "manage")
 

@@ -1,11 +1,12 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from console import accounts, sso, views
+from console import accounts, scim, sso, views
 from console.api import api
 
 urlpatterns = [
     path("api/v1/", api.urls),
+    *scim.urlpatterns,  # SCIM 2.0 provisioning (`scim` keys)
     # Every password sign-in passes the lockout: Django admin's login page is ours too.
     path("django-admin/login/", accounts.sign_in),
     path("django-admin/", admin.site.urls),

@@ -294,6 +294,8 @@ def api_key_create(
             raise Invalid(
                 f"a key with the '{scope}' scope must be bound to a principal (--principal)"
             )
+    if "scim" in scopes and principal is not None:
+        raise Invalid("a key with the 'scim' scope acts as no principal (no --principal)")
     raw, key_hash, prefix = ApiKey.generate()
     key = ApiKey.objects.create(
         tenant=tenant,

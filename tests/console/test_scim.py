@@ -1,0 +1,177 @@
+"""SCIM 2.0 at /scim/v2/ (read side): `scim` keys of one tenant see its principals (Users)
+and teams (Groups) and nothing of another tenant's; scim2-models' filters (eq, sw, co, pr,
+and), pagination, the discovery endpoints, SCIM's error shape for every refusal; and
+scim2-tester's compliance checks of what is served."""
+
+import pytest
+from django.core.wsgi import get_wsgi_application
+from scim2_client.engines.wsgi import WSGISCIMClient
+from scim2_tester import Status, check_server
+
+from console.errors import Invalid
+from console.models import Team
+from console.services import api_key_create
+from tests.factories import PrincipalFactory, make_key
+
+ERROR = "urn:ietf:params:scim:api:messages:2.0:Error"
+LIST = "urn:ietf:params:scim:api:messages:2.0:ListResponse"
+
+
+class Scim:
+    def __init__(self, client, key):
+        self.client, self.key = client, key
+
+    def get(self, path, **params):
+        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
+        return self.client.get(f"/scim/v2{path}", params, headers=headers)
+
+    def send(self, method, path, body):
+        import json
+
+        return getattr(self.client, method)(
+            f"/scim/v2{path}",
+            json.dumps(body),
+            content_type="application/scim+json",
+            headers={"Authorization": f"Bearer {self.key}"},
+        )
+
+
+@pytest.fixture
+def people_a(tenant_a):
+    support = Team.objects.create(tenant=tenant_a, name="support")
+    alice = PrincipalFactory(tenant=tenant_a, external_id="alice@a.example", name="Alice Liddell")
+    alice.email = "alice@a.example"
+    alice.save()
+    alice.teams.add(support)
+    PrincipalFactory(tenant=tenant_a, external_id="bob@a.example", name="")
+    PrincipalFactory(
+        tenant=tenant_a, external_id="albert@a.example", name="Albert", is_active=False
+    )
+    return support
+
+
+@pytest.fixture
+def scim_a(client, tenant_a):
+    return Scim(client, make_key(tenant_a, scopes=("scim",)))
+
+
+@pytest.fixture
+def scim_b(client, tenant_b):
+    PrincipalFactory(tenant=tenant_b, external_id="bert@b.example")
+    return Scim(client, make_key(tenant_b, scopes=("scim",)))
+
+
+def _ids(response):
+    body = response.json()
+    assert body["schemas"] == [LIST]
+    return [r["id"] for r in body["Resources"]]
+
+
+def test_no_key_or_a_wrong_one_is_a_401_in_scims_shape(client, tenant_a):
+    for key in (None, "gvl_wrong"):
+        response = Scim(client, key).get("/Users")
+        assert response.status_code == 401
+        assert response["Content-Type"] == "application/scim+json"
+        assert response.json()["schemas"] == [ERROR] and response.json()["status"] == "401"
+
+
+def test_a_key_without_the_scim_scope_is_a_403(client, tenant_a):
+    response = Scim(client, make_key(tenant_a, scopes=("ingest",))).get("/Users")
+    assert response.status_code == 403 and response.json()["schemas"] == [ERROR]
+
+
+def test_a_scim_key_is_bound_to_no_principal(tenant_a, admin_a):
+    with pytest.raises(Invalid):
+        api_key_create(tenant=tenant_a, name="idp", scopes=["scim"], principal=admin_a)
+
+
+def test_users_are_the_tenants_principals_and_no_one_elses(scim_a, scim_b, people_a):
+    response = scim_a.get("/Users")
+    assert response.status_code == 200
+    assert set(_ids(response)) >= {"alice@a.example", "bob@a.example", "albert@a.example"}
+    assert "bert@b.example" not in _ids(response)
+    assert _ids(scim_b.get("/Users")) == ["bert@b.example"]
+    alice = scim_a.get("/Users/alice@a.example").json()
+    assert alice["userName"] == "alice@a.example" and alice["active"] is True
+    assert alice["emails"] == [{"value": "alice@a.example", "primary": True, "type": "work"}]
+    assert alice["name"] == {"formatted": "Alice Liddell"}
+    assert alice["groups"][0]["value"] == "support"
+    assert alice["meta"]["resourceType"] == "User"
+    assert alice["meta"]["location"].endswith("/scim/v2/Users/alice@a.example")
+    assert scim_a.get("/Users/albert@a.example").json()["active"] is False
+
+
+def test_another_tenants_user_or_group_is_a_404_like_a_missing_one(scim_a, scim_b, people_a):
+    for path in ("/Users/alice@a.example", "/Groups/support"):
+        response = scim_b.get(path)
+        assert response.status_code == 404 and response.json()["schemas"] == [ERROR]
+        assert "alice" not in response.json()["detail"] or path.startswith("/Users")
+    assert scim_b.get("/Users/nobody").json()["detail"] == "no user 'nobody'"
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ('userName eq "ALICE@a.example"', {"alice@a.example"}),
+        ('userName sw "al"', {"alice@a.example", "albert@a.example"}),
+        ('emails.value co "@a.exa"', {"alice@a.example"}),
+        ("displayName pr", {"alice@a.example", "albert@a.example"}),
+        ('userName sw "al" and active eq true', {"alice@a.example"}),
+    ],
+)
+def test_filters(scim_a, people_a, expression, expected):
+    response = scim_a.get("/Users", filter=expression)
+    assert response.status_code == 200, response.content
+    assert set(_ids(response)) == expected
+    assert response.json()["totalResults"] == len(expected)
+
+
+def test_a_bad_filter_is_a_400_invalid_filter(scim_a, people_a):
+    response = scim_a.get("/Users", filter="userName eq")
+    assert response.status_code == 400
+    assert response.json()["scimType"] == "invalidFilter"
+
+
+def test_pages_by_start_index_and_count(scim_a, people_a):
+    everyone = _ids(scim_a.get("/Users"))
+    page = scim_a.get("/Users", startIndex=2, count=1).json()
+    assert page["totalResults"] == len(everyone) and page["startIndex"] == 2
+    assert page["itemsPerPage"] == 1 and page["Resources"][0]["id"] == everyone[1]
+    assert scim_a.get("/Users", count=0).json()["Resources"] == []
+    assert scim_a.get("/Users", startIndex=0).json()["startIndex"] == 1
+
+
+def test_groups_are_teams_with_their_members(scim_a, people_a):
+    assert _ids(scim_a.get("/Groups")) == ["support"]
+    group = scim_a.get("/Groups/support").json()
+    assert group["displayName"] == "support"
+    assert [m["value"] for m in group["members"]] == ["alice@a.example"]
+    assert _ids(scim_a.get("/Groups", filter='displayName eq "support"')) == ["support"]
+
+
+def test_discovery_endpoints(scim_a):
+    config = scim_a.get("/ServiceProviderConfig").json()
+    assert config["filter"] == {"supported": True, "maxResults": 200}
+    assert {r["id"] for r in scim_a.get("/ResourceTypes").json()["Resources"]} == {
+        "User",
+        "Group",
+    }
+    assert scim_a.get("/ResourceTypes/User").json()["endpoint"] == "/Users"
+    schema_ids = {s["id"] for s in scim_a.get("/Schemas").json()["Resources"]}
+    assert "urn:ietf:params:scim:schemas:core:2.0:User" in schema_ids
+    assert scim_a.get("/Schemas/urn:nope").status_code == 404
+    assert scim_a.get("/Nope").status_code == 404
+
+
+def test_scim2_tester_finds_no_failure_in_what_is_served(tenant_a, people_a):
+    key = make_key(tenant_a, scopes=("scim",))
+    client = WSGISCIMClient(
+        get_wsgi_application(),
+        base_url="http://testserver/scim/v2",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    results = check_server(client, include_tags={"discovery", "misc"})
+    failed = [r for r in results if r.status in (Status.ERROR, Status.CRITICAL)]
+    for r in results:
+        print(r.status.name, r.title, r.resource_type, (r.reason or "")[:150])
+    assert results and not failed, [(r.title, r.reason) for r in failed]
