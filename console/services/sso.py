@@ -217,10 +217,17 @@ def _mapped_roles(config: TenantOidc, claims: dict) -> list[str]:
 def _login_for(principal: Principal):
     """The Django login this principal signs in with: its own, else one named by its id that
     no other tenant's principal holds (a login shared with another tenant is refused: this
-    tenant's provider vouches for this tenant only)."""
+    tenant's provider vouches for this tenant only), and so is a staff or superuser login
+    (Django admin: the whole console, beyond any one tenant's provider)."""
     User = get_user_model()
     user = principal.user or User.objects.filter(username=principal.external_id).first()
     if user is not None:
+        if user.is_staff or user.is_superuser:
+            raise Refused(
+                "staff_login",
+                "This account administers the whole console: sign in with its password.",
+                principal.external_id,
+            )
         if Principal.objects.filter(user=user).exclude(tenant=principal.tenant_id).exists():
             raise Refused(
                 "login_shared",

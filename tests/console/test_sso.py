@@ -317,3 +317,12 @@ def test_without_password_login_only_admins_use_a_password(
 def test_the_login_page_offers_sso_once_a_tenant_has_it(client, oidc_a):
     body = client.get("/accounts/login/").content.decode()
     assert "Sign in with SSO" in body and 'name="org"' in body
+
+
+def test_a_staff_login_is_never_signed_in_by_a_tenants_provider(client, tenant_a, oidc_a, issuer):
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_superuser("root@a.example", password="root-pass-123")
+    response = _sign_in(client, issuer, "u-9", email="root@a.example")
+    assert response.status_code == 403 and "_auth_user_id" not in client.session
+    assert len(_failures(tenant_a, "staff_login")) == 1
