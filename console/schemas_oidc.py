@@ -37,8 +37,8 @@ class OidcPatch(CamelSchema):
 
 
 class OidcOut(CamelSchema):
-    issuer: str
-    client_id: str
+    issuer: str | None
+    client_id: str | None
     client_secret_set: bool
     principal_claim: str
     groups_claim: str

@@ -15,7 +15,7 @@ import json
 from functools import wraps
 
 from django.http import HttpResponse
-from django.urls import path, re_path
+from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 from scim2_models import (
     AuthenticationScheme,
@@ -284,5 +284,5 @@ urlpatterns = [
     path("scim/v2/Users/<str:user_id>", user),
     path("scim/v2/Groups", groups),
     path("scim/v2/Groups/<str:group_id>", group),
-    re_path(r"^scim/v2/(?P<rest>.*)$", unknown),
+    path("scim/v2/<path:rest>", unknown),
 ]

@@ -47,10 +47,20 @@ def redirect_uri(tenant, request=None) -> str:
     return links.public_url(path)
 
 
-def oidc_wire(config: TenantOidc | None) -> dict | None:
-    """The settings as the wire shows them (the secret only as whether one is set)."""
+def oidc_wire(config: TenantOidc | None) -> dict:
+    """The settings as the wire shows them (the secret only as whether one is set); a
+    tenant without single sign-on shows the defaults with `issuer: null`."""
     if config is None:
-        return None
+        return {
+            "issuer": None,
+            "clientId": None,
+            "clientSecretSet": False,
+            "principalClaim": "email",
+            "groupsClaim": "groups",
+            "roleMap": {},
+            "emailDomains": [],
+            "allowPasswordLogin": True,
+        }
     return {
         "issuer": config.issuer,
         "clientId": config.client_id,
@@ -120,7 +130,7 @@ def oidc_update(*, tenant, fields: dict, viewer) -> TenantOidc:
 
 @transaction.atomic
 def _oidc_save(*, tenant, current, values, secret, viewer) -> TenantOidc:
-    before = oidc_wire(current)
+    before = oidc_wire(current) if current else None
     config = current or TenantOidc(tenant=tenant)
     for name, value in values.items():
         setattr(config, name, value)

@@ -19,7 +19,8 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RoutePattern
 
 from console.auth import BrowserSession, KeyAuth
-from console.models import CAPABILITIES, Team
+from console.crypto import encrypt
+from console.models import CAPABILITIES, Team, TenantOidc
 from console.services import api_key_create, role_create
 from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory, TenantFactory
 
@@ -380,6 +381,15 @@ def build_world() -> World:
     webhook, _ = webhook_create(tenant=w.tenant_a, url="https://hooks.acme-secret.example/in")
     key, _ = api_key_create(
         tenant=w.tenant_a, name="acme secret key", scopes=["manage"], principal=w.admin_a
+    )
+    # Single sign-on, made directly (saving it through the service reads the issuer's
+    # discovery document): PATCH /tenant/oidc's minimal body then changes nothing.
+    TenantOidc.objects.create(
+        tenant=w.tenant_a,
+        issuer="https://sso.acme-secret.example",
+        client_id="acme-secret-client",
+        client_secret_encrypted=encrypt("acme-secret-client-secret"),
+        email_domains=["acme-secret.example"],
     )
     w.objects = dict(
         run=run,

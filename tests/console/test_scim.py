@@ -4,7 +4,9 @@ and), pagination, the discovery endpoints, SCIM's error shape for every refusal;
 scim2-tester's compliance checks of what is served."""
 
 import pytest
+from django.core import signals
 from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
 from scim2_client.engines.wsgi import WSGISCIMClient
 from scim2_tester import Status, check_server
 
@@ -163,14 +165,26 @@ def test_discovery_endpoints(scim_a):
     assert scim_a.get("/Nope").status_code == 404
 
 
-def test_scim2_tester_finds_no_failure_in_what_is_served(tenant_a, people_a):
+@pytest.fixture
+def scim_wsgi(tenant_a):
+    """scim2-client calling Django's WSGI application in this process, inside the test's
+    transaction: like Django's test client, without closing the connection per request."""
     key = make_key(tenant_a, scopes=("scim",))
-    client = WSGISCIMClient(
-        get_wsgi_application(),
-        base_url="http://testserver/scim/v2",
-        headers={"Authorization": f"Bearer {key}"},
-    )
-    results = check_server(client, include_tags={"discovery", "misc"})
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    try:
+        yield WSGISCIMClient(
+            get_wsgi_application(),
+            base_url="http://testserver/scim/v2",
+            headers={"Authorization": f"Bearer {key}"},
+        )
+    finally:
+        signals.request_started.connect(close_old_connections)
+        signals.request_finished.connect(close_old_connections)
+
+
+def test_scim2_tester_finds_no_failure_in_what_is_served(scim_wsgi, people_a):
+    results = check_server(scim_wsgi, include_tags={"discovery", "misc"})
     failed = [r for r in results if r.status in (Status.ERROR, Status.CRITICAL)]
     for r in results:
         print(r.status.name, r.title, r.resource_type, (r.reason or "")[:150])
