@@ -95,7 +95,8 @@ def test_oidc_settings_are_validated_by_discovery_and_the_secret_is_write_only(
     assert SECRET not in stored.client_secret_encrypted
     assert crypto.decrypt(stored.client_secret_encrypted) == SECRET
     event = AuditEvent.objects.get(tenant=tenant_a, action="tenant.oidc_updated")
-    assert event.data["after"]["clientId"] == "gavel-a" and SECRET not in str(event.data)
+    assert event.after["clientId"] == "gavel-a" and event.after["clientSecretSet"] is True
+    assert SECRET not in str(event.data) + str(event.before) + str(event.after)
     assert event.actor_key is not None and event.actor_principal is not None
     assert manage_a.get("/api/v1/tenant/oidc").json()["issuer"] == issuer
 
