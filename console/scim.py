@@ -17,6 +17,7 @@ from functools import wraps
 from django.http import HttpResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
+from pydantic import ValidationError as PydanticValidationError
 from scim2_models import (
     AuthenticationScheme,
     Bulk,
@@ -27,6 +28,7 @@ from scim2_models import (
     Group,
     ListResponse,
     Patch,
+    PatchOp,
     ResourceType,
     ScimFilter,
     ServiceProviderConfig,
@@ -36,14 +38,17 @@ from scim2_models import (
 from scim2_models import Error as ScimError
 from scim2_models.exceptions import (
     InvalidFilterException,
+    InvalidSyntaxException,
+    InvalidValueException,
     NotFoundException,
-    NotImplementedException,
     SCIMException,
 )
 
 from console import selectors_scim as selectors
 from console.auth import KeyAuth
-from console.errors import GavelError
+from console.errors import Conflict, GavelError, Invalid
+from console.models import Principal, Team
+from console.services import scim as services
 
 CONTENT_TYPE = "application/scim+json"
 MAX_RESULTS = 200  # a page holds at most this many resources (count is capped to it)
@@ -87,6 +92,11 @@ def scim_view(view):
             return view(request, *args, **kwargs)
         except SCIMException as error:
             return _json(error.to_error().model_dump(), status=error.status)
+        except Conflict as error:
+            scim_type = "uniqueness" if error.code in ("principal_exists", "team_exists") else None
+            return _error(409, error.message, scim_type)
+        except Invalid as error:
+            return _error(400, error.message, "invalidValue")
         except GavelError as error:
             retry = getattr(error, "retry_after", None)
             return _error(
@@ -143,8 +153,37 @@ class MethodNotAllowed(SCIMException):
     status = 405
 
 
-def _not_writable():
-    raise NotImplementedException(detail="changes through SCIM are not available yet")
+def _body(request, model, ctx):
+    try:
+        raw = json.loads(request.body or b"{}")
+    except ValueError:
+        raise InvalidSyntaxException(detail="the body is not JSON") from None
+    if not isinstance(raw, dict):
+        raise InvalidSyntaxException(detail="the body must be a JSON object")
+    try:
+        return model.model_validate(raw, scim_ctx=ctx)
+    except PydanticValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise InvalidValueException(detail=f"{where}: {first['msg']}") from None
+
+
+def _patched(request, resource, model):
+    """The resource as it is now, with the request's PatchOp applied (scim2-models)."""
+    patch = _body(request, PatchOp[model], Context.RESOURCE_PATCH_REQUEST)
+    try:
+        patch.patch(resource)
+    except SCIMException:
+        raise
+    except (ValueError, TypeError) as error:
+        raise InvalidValueException(detail=str(error)) from None
+    return resource
+
+
+def _created(resource) -> HttpResponse:
+    response = _json(_dump(resource), status=201)
+    response["Location"] = resource.meta.location
+    return response
 
 
 # --- discovery ---
@@ -153,7 +192,7 @@ def _not_writable():
 def _service_provider_config(base: str) -> ServiceProviderConfig:
     return ServiceProviderConfig(
         documentation_uri=None,
-        patch=Patch(supported=False),
+        patch=Patch(supported=True),
         bulk=Bulk(supported=False, max_operations=0, max_payload_size=0),
         filter=Filter(supported=True, max_results=MAX_RESULTS),
         change_password=ChangePassword(supported=False),
@@ -233,40 +272,70 @@ def _listing(resources: list) -> HttpResponse:
 
 @scim_view
 def users(request):
-    if request.method != "GET":
-        _not_writable()
-    tenant = request.scim_key.tenant
+    tenant, key, base = request.scim_key.tenant, request.scim_key, _base(request)
+    if request.method == "POST":
+        new = _body(request, User, Context.RESOURCE_CREATION_REQUEST)
+        principal = services.scim_user_create(tenant=tenant, user=new, key=key)
+        return _created(selectors.user(tenant=tenant, user_id=principal.external_id, base=base))
+    _get_only(request)
     found = selectors.users(tenant=tenant, base=_base(request), where=_filter(request, User))
     return _page(request, found)
 
 
 @scim_view
 def user(request, user_id: str):
-    found = selectors.user(tenant=request.scim_key.tenant, user_id=user_id, base=_base(request))
+    tenant, key, base = request.scim_key.tenant, request.scim_key, _base(request)
+    found = selectors.user(tenant=tenant, user_id=user_id, base=base)
     if found is None:
         raise NotFoundException(detail=f"no user '{user_id}'")
-    if request.method != "GET":
-        _not_writable()
-    return _json(_dump(found))
+    if request.method == "GET":
+        return _json(_dump(found))
+    principal = Principal.objects.get(tenant=tenant, external_id=user_id)
+    if request.method == "DELETE":
+        services.scim_user_delete(principal=principal, key=key)
+        return HttpResponse(status=204)
+    if request.method == "PUT":
+        wanted = _body(request, User, Context.RESOURCE_REPLACEMENT_REQUEST)
+    elif request.method == "PATCH":
+        wanted = _patched(request, found, User)
+    else:
+        _get_only(request)
+    services.scim_user_replace(principal=principal, user=wanted, key=key)
+    return _json(_dump(selectors.user(tenant=tenant, user_id=user_id, base=base)))
 
 
 @scim_view
 def groups(request):
-    if request.method != "GET":
-        _not_writable()
-    tenant = request.scim_key.tenant
+    tenant, key, base = request.scim_key.tenant, request.scim_key, _base(request)
+    if request.method == "POST":
+        new = _body(request, Group, Context.RESOURCE_CREATION_REQUEST)
+        team = services.scim_group_create(tenant=tenant, group=new, key=key)
+        return _created(selectors.group(tenant=tenant, group_id=team.name, base=base))
+    _get_only(request)
     found = selectors.groups(tenant=tenant, base=_base(request), where=_filter(request, Group))
     return _page(request, found)
 
 
 @scim_view
 def group(request, group_id: str):
-    found = selectors.group(tenant=request.scim_key.tenant, group_id=group_id, base=_base(request))
+    tenant, key, base = request.scim_key.tenant, request.scim_key, _base(request)
+    found = selectors.group(tenant=tenant, group_id=group_id, base=base)
     if found is None:
         raise NotFoundException(detail=f"no group '{group_id}'")
-    if request.method != "GET":
-        _not_writable()
-    return _json(_dump(found))
+    if request.method == "GET":
+        return _json(_dump(found))
+    team = Team.objects.get(tenant=tenant, name=group_id)
+    if request.method == "DELETE":
+        services.scim_group_delete(team=team, key=key)
+        return HttpResponse(status=204)
+    if request.method == "PUT":
+        wanted = _body(request, Group, Context.RESOURCE_REPLACEMENT_REQUEST)
+    elif request.method == "PATCH":
+        wanted = _patched(request, found, Group)
+    else:
+        _get_only(request)
+    services.scim_group_replace(team=team, group=wanted, key=key)
+    return _json(_dump(selectors.group(tenant=tenant, group_id=group_id, base=base)))
 
 
 @scim_view

@@ -184,8 +184,10 @@ def scim_wsgi(tenant_a):
 
 
 def test_scim2_tester_finds_no_failure_in_what_is_served(scim_wsgi, people_a):
+    # The crud checks are not run here: they fail where the served User schema (scim2-models'
+    # whole core schema) promises attributes a principal does not keep (nickName, title,
+    # phoneNumbers, ...), where `attributes`/`excludedAttributes` and /.search are not
+    # supported, and where DELETE deactivates instead of deleting (docs/api.md, SCIM).
     results = check_server(scim_wsgi, include_tags={"discovery", "misc"})
     failed = [r for r in results if r.status in (Status.ERROR, Status.CRITICAL)]
-    for r in results:
-        print(r.status.name, r.title, r.resource_type, (r.reason or "")[:150])
     assert results and not failed, [(r.title, r.reason) for r in failed]
