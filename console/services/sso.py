@@ -18,7 +18,8 @@ from console import crypto, links, oidc
 from console.access import acting_principal, capabilities_of
 from console.errors import Conflict, Invalid
 from console.models import ApiKey, Principal, Role, TenantOidc
-from console.services import audit, principal_create
+from console.services import audit
+from console.services.principals import principal_add, principal_update
 
 FIELDS = (
     "issuer",
@@ -270,16 +271,14 @@ def sso_principal(*, config: TenantOidc, claims: dict) -> tuple[SignIn, object]:
         roles = _mapped_roles(config, claims)
         email = claims.get("email") if isinstance(claims.get("email"), str) else None
         name = claims.get("name") if isinstance(claims.get("name"), str) else None
-        principal, _ = principal_create(
-            tenant=tenant,
-            external_id=principal_id,
-            name=(name or "")[:200],
-            email=email,
-            roles=roles or ["viewer"],
+        fields = {"id": principal_id, "name": (name or "")[:200], "email": email or ""}
+        principal = principal_add(
+            tenant=tenant, fields={**fields, "roles": roles or ["viewer"]}, viewer=None
         )
         if not roles:
-            Principal.objects.filter(pk=principal.pk).update(reviewed=False)
-            principal.reviewed = False
+            principal = principal_update(
+                principal=principal, fields={"reviewed": False}, viewer=None
+            )
     elif not principal.is_active:
         raise Refused("deactivated", "Your account here is deactivated.", principal_id)
     user = _login_for(principal)
