@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint format bench migrate clean
+.PHONY: install run test fuzz lint format bench migrate clean
 
 $(STAMP): pyproject.toml sdk/pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) is required (set PYTHON=...)"; exit 1; }
@@ -29,6 +29,13 @@ run: migrate
 test: install
 	SECRET_KEY=$${SECRET_KEY-test-only-secret-key-not-for-production} \
 	  $(PY) -m pytest $(PYTEST_ARGS)
+
+# schemathesis on every operation of the served schema, once per key scope, against a live
+# daphne on a PostgreSQL database of its own (DATABASE_URL must be PostgreSQL). Prints the seed;
+# GAVEL_FUZZ_SEED=N replays it, GAVEL_FUZZ_EXAMPLES=N sets the cases per operation.
+fuzz: install
+	SECRET_KEY=$${SECRET_KEY-test-only-secret-key-not-for-production} \
+	  $(PY) -m pytest -p no:cacheprovider -m fuzz tests/fuzz $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from asgiref.sync import sync_to_async
 from ninja import Field, Query, Router
-from pydantic import ConfigDict
+from pydantic import ConfigDict, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from approvals.schemas import (
@@ -23,7 +23,8 @@ from budgets.spend import run_costs
 from console import access, realtime
 from console.auth import browser_session, decide_auth, ingest_auth_held
 from console.db import released
-from console.schemas import CamelSchema, errors
+from console.errors import Invalid
+from console.schemas import CamelSchema, Cursor, errors
 
 router = Router(tags=["approvals"])
 
@@ -54,7 +55,7 @@ class ApprovalListQuery(CamelSchema):
     status: Literal["pending", "approved", "denied", "expired", "cancelled"] | None = None
     run_id: str | None = None
     limit: Annotated[int, Field(ge=1, le=200)] = 50
-    cursor: str | None = None
+    cursor: Cursor | None = None
 
 
 _background: set = set()  # keeps the pending hint tasks referenced until they finish
@@ -100,12 +101,26 @@ async def _wait_for_decisions(*, run, after, wait: float) -> dict:
 async def run_decisions(
     request,
     run_id: str,
-    wait: Annotated[str | None, Query(description="seconds to hold, 0..30")] = None,
-    after: Annotated[str | None, Query(description="a cursor from an earlier answer, or 0")] = None,
+    # Both are checked by parse_wait / parse_cursor, after the 404 check; the schema says how.
+    wait: Annotated[
+        Annotated[str, WithJsonSchema({"type": "number", "minimum": 0, "maximum": 30})] | None,
+        Query(description="seconds to hold, 0..30"),
+    ] = None,
+    after: Annotated[
+        Annotated[str, WithJsonSchema({"type": "string", "pattern": r"^[0-9]{1,18}$"})] | None,
+        Query(description="a cursor from an earlier answer (digits), or 0"),
+    ] = None,
 ):
     # `wait` and `after` are validated here, after the 404 check (the contract's order), and
     # not by the schema: ninja's 422 path would look the run up from inside the event loop.
     run = await released(access.run_in_tenant)(tenant_id=request.auth.tenant_id, run_id=run_id)
+    unknown = sorted(set(request.GET) - {"wait", "after"})
+    if unknown:  # a misspelt `wiat=30` would silently not wait
+        raise Invalid(
+            f"unknown query parameter {unknown[0]!r} (known: wait, after)",
+            code="validation_error",
+            details=[{"path": f"query.{n}", "message": "unknown parameter"} for n in unknown],
+        )
     seconds = parse_wait(wait)
     cursor = parse_cursor(after)
     return await _wait_for_decisions(run=run, after=cursor, wait=seconds)

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from ninja import Field
-from pydantic import AwareDatetime, ConfigDict, model_validator
+from pydantic import ConfigDict, model_validator
 from pydantic.alias_generators import to_camel
 
 from approvals.models import Rule
@@ -21,7 +21,7 @@ from approvals.rules import (
     examples_problems,
 )
 from console.errors import Invalid
-from console.schemas import CamelSchema
+from console.schemas import CamelSchema, Cursor, StrictBool, WireDatetime
 
 Pattern = Annotated[str, Field(min_length=1, max_length=255)]
 WireId = Annotated[str, Field(min_length=1, max_length=255)]
@@ -54,8 +54,8 @@ class RuleIn(In):
     run_id: RunId | None = None
     conditions: list[Any] = Field(default_factory=list)
     message: Message | None = None
-    expires_at: AwareDatetime | None = None
-    active: bool = True
+    expires_at: WireDatetime | None = None
+    active: StrictBool = True
     examples: ExamplesIn | None = None
 
 
@@ -65,17 +65,17 @@ NULLABLE = {"conversation_id", "run_id", "message", "expires_at", "examples"}
 class RulePatchIn(In):
     """`PATCH /rules/{ruleId}`: any of the fields; null clears the nullable ones."""
 
-    name: Name | None = None
-    effect: Effect | None = None
-    tool_pattern: Pattern | None = None
-    agent_pattern: Pattern | None = None
-    principal_pattern: Pattern | None = None
+    name: Name = None
+    effect: Effect = None
+    tool_pattern: Pattern = None
+    agent_pattern: Pattern = None
+    principal_pattern: Pattern = None
     conversation_id: WireId | None = None
     run_id: RunId | None = None
-    conditions: list[Any] | None = None
+    conditions: list[Any] = None
     message: Message | None = None
-    expires_at: AwareDatetime | None = None
-    active: bool | None = None
+    expires_at: WireDatetime | None = None
+    active: StrictBool = None
     examples: ExamplesIn | None = None
 
     @model_validator(mode="after")
@@ -151,7 +151,7 @@ def rule_wire(rule: Rule) -> dict:
 
 class RuleListQuery(CamelSchema):
     limit: Annotated[int, Field(ge=1, le=200)] = 50
-    cursor: str | None = None
+    cursor: Cursor | None = None
 
 
 class RuleListOut(CamelSchema):

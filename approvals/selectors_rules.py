@@ -26,6 +26,7 @@ from approvals.schemas_rules import rule_resource, rule_spec_unsaved
 from console import access
 from console.errors import Invalid, NotFound
 from console.models import Principal
+from console.schemas import cursor_pk
 
 SUGGEST_DAYS = 30
 SUGGEST_MIN_DECISIONS = 10
@@ -46,7 +47,7 @@ def _cursor_decode(cursor: str) -> int:
         kind, _, pk = raw.partition(":")
         if kind != "rule" or not pk.isdigit():
             raise ValueError(raw)
-        return int(pk)
+        return cursor_pk(int(pk))
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise Invalid(
             "the cursor is not one this server issued",

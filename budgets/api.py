@@ -9,7 +9,7 @@ from typing import Annotated
 
 from django.http import HttpResponse
 from ninja import Query, Router
-from pydantic import ValidationError
+from pydantic import ValidationError, WithJsonSchema
 
 from budgets import schemas as s
 from budgets import selectors, services
@@ -17,7 +17,7 @@ from budgets.check import budget_check
 from console import access
 from console.auth import CapableSession, PrincipalKeyAuth, ingest_auth
 from console.errors import Invalid
-from console.schemas import errors, strict_json
+from console.schemas import errors, strict_json, unstorable_text
 
 router = Router(tags=["budgets"])
 
@@ -27,6 +27,20 @@ READ = [PrincipalKeyAuth("manage", "view_budgets"), CapableSession("view_budgets
 WRITE = [PrincipalKeyAuth("manage", "manage_budgets"), CapableSession("manage_budgets")]
 
 
+# The query is checked by usage_query (after the credentials); the schema says what it takes.
+Day = Annotated[str, WithJsonSchema({"type": "string", "format": "date"})]
+GroupBy = Annotated[
+    str,
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": "^(day|principal|agent|model|team)(,(day|principal|agent|model|team))*$",
+        }
+    ),
+]
+Format = Annotated[str, WithJsonSchema({"type": "string", "enum": ["json", "csv"]})]
+
+
 @router.get(
     "/usage",
     auth=READ,
@@ -34,15 +48,23 @@ WRITE = [PrincipalKeyAuth("manage", "manage_budgets"), CapableSession("manage_bu
     by_alias=True,
     exclude_unset=True,
     summary="Usage by day, principal, agent, model and team (`format=csv`: text/csv)",
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "the report (JSON), or its rows as text/csv with format=csv",
+                "content": {"text/csv": {"schema": {"type": "string"}}},
+            }
+        }
+    },
 )
 def usage(
     request,
-    date_from: Annotated[str | None, Query(alias="from", description="YYYY-MM-DD")] = None,
-    date_to: Annotated[str | None, Query(alias="to", description="YYYY-MM-DD")] = None,
+    date_from: Annotated[Day | None, Query(alias="from", description="YYYY-MM-DD")] = None,
+    date_to: Annotated[Day | None, Query(alias="to", description="YYYY-MM-DD")] = None,
     group_by: Annotated[
-        str | None, Query(alias="groupBy", description="day,principal,agent,model,team")
+        GroupBy | None, Query(alias="groupBy", description="day,principal,agent,model,team")
     ] = None,
-    format: Annotated[str | None, Query(description="json (default) or csv")] = None,  # noqa: A002
+    format: Annotated[Format | None, Query(description="json (default) or csv")] = None,  # noqa: A002
 ):
     viewer = request.auth
     query = s.usage_query(
@@ -106,6 +128,13 @@ def _check_body(request) -> dict:
             "the body must be a JSON object",
             code="validation_error",
             details=[{"path": "body", "message": "not an object"}],
+        )
+    found = unstorable_text(request.body, body)
+    if found is not None:
+        where, problem = found
+        path = ".".join(str(p) for p in where) or "body"
+        raise Invalid(
+            problem, code="validation_error", details=[{"path": path, "message": problem}]
         )
     return body
 

@@ -8,12 +8,12 @@ from datetime import date, datetime, timedelta
 from typing import Annotated, Literal
 
 from ninja import Field
-from pydantic import ConfigDict, StrictInt, StrictStr
+from pydantic import ConfigDict, StrictStr
 from pydantic.alias_generators import to_camel
 
 from budgets.rules import DEFAULT_THRESHOLDS, THRESHOLD_MAX, THRESHOLD_MIN
 from console.errors import Invalid
-from console.schemas import CamelSchema
+from console.schemas import INT64_MAX, CamelSchema, Cursor, Int64, wire_int
 
 MAX_USAGE_DAYS = 366
 DIMENSIONS = ("day", "principal", "agent", "model", "team")  # the contract's column order
@@ -103,8 +103,8 @@ class UsageOut(CamelSchema):
 # --- budgets ---
 
 _FORBID = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
-Threshold = Annotated[StrictInt, Field(ge=THRESHOLD_MIN, le=THRESHOLD_MAX)]
-PositiveInt = Annotated[StrictInt, Field(ge=1)]
+Threshold = wire_int(ge=THRESHOLD_MIN, le=THRESHOLD_MAX)
+PositiveInt = wire_int(ge=1, le=INT64_MAX)  # a bigint column
 PrincipalId = Annotated[StrictStr, Field(min_length=1, max_length=255)]
 
 
@@ -188,12 +188,12 @@ class BudgetListOut(CamelSchema):
 
 class BudgetListQuery(CamelSchema):
     limit: Annotated[int, Field(ge=1, le=200)] = 50
-    cursor: str | None = None
+    cursor: Cursor | None = None
 
 
 # --- the budget check ---
 
-NonNegative = Annotated[StrictInt, Field(ge=0)]
+NonNegative = Int64
 
 
 class BudgetCheckIn(CamelSchema):

@@ -17,6 +17,7 @@ from budgets.spend import LIST_RELATED, budget_current, budgets_current
 from console import access
 from console.errors import Invalid
 from console.models import Principal, Team
+from console.schemas import cursor_pk
 from runs.models import UsageDaily
 
 ROW_KEYS = {
@@ -176,7 +177,7 @@ def _cursor(raw: str | None) -> int:
         text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
         if not text.startswith("b") or not text[1:].isdigit():
             raise ValueError
-        return int(text[1:])
+        return cursor_pk(int(text[1:]))
     except ValueError:
         raise Invalid(
             "cursor: not a cursor this server issued",

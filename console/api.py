@@ -6,10 +6,16 @@ exceptions (console.errors) mapped here, once.
 """
 
 import asyncio
+import logging
+import uuid
 
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
-from django.db import InterfaceError, OperationalError, connection
+from django.core.exceptions import RequestDataTooBig, SynchronousOnlyOperation
+from django.db import DataError, InterfaceError, OperationalError, connection
+from django.http import Http404
+from django.urls import URLPattern, register_converter
+from django.urls import path as django_path
+from django.urls.converters import StringConverter
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
@@ -25,11 +31,13 @@ from console.api_directory import router as directory_router
 from console.api_keys import router as keys_router
 from console.api_oidc import router as oidc_router
 from console.errors import GavelError
-from console.schemas import strict_json
+from console.schemas import strict_json, unstorable_text
 from console.services.auditlog import audit_refused
 from notifications.api import router as notifications_router
 from runs.api import router as runs_router
 from runs.api_state import router as runs_state_router
+
+logger = logging.getLogger("console.api")
 
 # Path parameters are snake_case in Python (`run_id`) and camelCase in the contract (`runId`).
 WIRE_PATH_PARAMS = {
@@ -46,9 +54,23 @@ WIRE_PATH_PARAMS = {
 }
 
 
+class WireStringConverter(StringConverter):
+    """A path segment without U+0000: no stored id can hold it (PostgreSQL text cannot), so a
+    path with one names nothing and answers 404 like any unknown address."""
+
+    regex = "[^/\x00]+"
+
+
+register_converter(WireStringConverter, "wire")
+
+
 class GavelAPI(NinjaAPI):
+    def _get_urls(self):
+        return [_wire_route(pattern) for pattern in super()._get_urls()]
+
     def get_openapi_schema(self, *, path_prefix=None, path_params=None):
-        """The served schema names path parameters as the contract does."""
+        """The served schema names path parameters as the contract does, lists every error
+        status each operation can answer, and says that no string holds U+0000."""
         schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
         paths = {}
         for path, item in schema["paths"].items():
@@ -58,18 +80,100 @@ class GavelAPI(NinjaAPI):
                 for param in operation.get("parameters", []):
                     if param.get("in") == "path":
                         param["name"] = WIRE_PATH_PARAMS.get(param["name"], param["name"])
+                _document_errors(operation)
             paths[path] = item
         schema["paths"] = paths
+        _no_nul_strings(schema)
         return schema
+
+
+# Every operation may answer these (no or a bad key, a missing scope or capability, a bad
+# query, the rate limit, an unforeseen failure, the database away); 404 where the path names
+# an object, 413 where there is a body.
+ALWAYS_ERRORS = (401, 403, 422, 429, 500, 503)
+NO_NUL_PATTERN = "^[^\\u0000]*$"
+
+
+def _document_errors(operation: dict) -> None:
+    responses = operation.setdefault("responses", {})
+    codes = list(ALWAYS_ERRORS)
+    if any(p.get("in") == "path" for p in operation.get("parameters", [])):
+        codes.append(404)
+    if "requestBody" in operation:
+        codes.append(413)
+    for code in codes:
+        responses.setdefault(
+            code,
+            {
+                "description": "the contract's error body",
+                "content": {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}
+                },
+            },
+        )
+
+
+def _no_nul_strings(node) -> None:
+    """A string the API takes or gives never holds U+0000 (PostgreSQL text cannot): each
+    free-form string schema, and each map's keys, say so with a pattern."""
+    if isinstance(node, list):
+        for item in node:
+            _no_nul_strings(item)
+        return
+    if not isinstance(node, dict):
+        return
+    if node.get("type") == "string" and not {"pattern", "format", "enum", "const"} & set(node):
+        node["pattern"] = NO_NUL_PATTERN
+    if isinstance(node.get("additionalProperties"), dict) and "propertyNames" not in node:
+        node["propertyNames"] = {"pattern": NO_NUL_PATTERN}
+    for key, value in node.items():
+        if key not in ("example", "examples", "default", "const", "enum"):
+            _no_nul_strings(value)
+
+
+def _wire_route(pattern):
+    route = str(pattern.pattern)
+    if not isinstance(pattern, URLPattern) or "<" not in route or ":" in route.split(">")[0]:
+        return pattern
+    route = route.replace("<", "<wire:")
+    return django_path(route, pattern.callback, name=pattern.name)
+
+
+class UnstorableText(ValueError):
+    def __init__(self, errors: list[dict]):
+        super().__init__(errors[0]["msg"])
+        self.errors = errors
 
 
 class StrictJSONParser(Parser):
     """JSON as RFC 8259 defines it. Python's parser also takes NaN and Infinity, which no
     JSON column stores alike (PostgreSQL refuses them): a body with them does not parse, and
-    is answered 422 "not valid JSON" like any other."""
+    is answered 422 "not valid JSON" like any other.
+
+    Nor can PostgreSQL text or jsonb hold U+0000 (nor UTF-8 a lone surrogate): a string or key
+    with one, anywhere in the body or the query, is a 422 naming where it is (ninja turns
+    any exception of a body parser into a 400 whose cause it is)."""
 
     def parse_body(self, request):
-        return strict_json(request.body)
+        data = strict_json(request.body)
+        found = unstorable_text(request.body, data)
+        if found is not None:
+            where, problem = found
+            raise UnstorableText([{"loc": ("body", *where), "msg": problem}])
+        return data
+
+    def parse_querydict(self, data, list_fields, request):
+        for key, values in data.lists():
+            if "\x00" in key or any("\x00" in v for v in values):
+                raise NinjaValidationError(
+                    [
+                        {
+                            "loc": ("query", key.replace("\x00", "\\u0000")),
+                            "msg": "U+0000 (NUL) is not allowed in a query parameter",
+                        }
+                    ]
+                )
+        return super().parse_querydict(data, list_fields, request)
 
 
 api = GavelAPI(
@@ -190,6 +294,8 @@ def on_validation_error(request, exc: NinjaValidationError):
         _check_path_objects(request)
     except GavelError as err:
         return on_gavel_error(request, err)
+    except SynchronousOnlyOperation:
+        pass  # an async operation (the long-poll): it looks its run up itself, in a thread
     details = [
         {"path": _field_path(err.get("loc", ())), "message": err.get("msg", "invalid")}
         for err in exc.errors
@@ -226,6 +332,8 @@ def on_unauthenticated(request, exc):
 
 @api.exception_handler(HttpError)
 def on_http_error(request, exc: HttpError):
+    if isinstance(exc.__cause__, UnstorableText):
+        return on_validation_error(request, NinjaValidationError(exc.__cause__.errors))
     if exc.status_code == 400 and str(exc.message).startswith("Cannot parse request body"):
         # A body that is not JSON at all does not validate: 422 (the contract names no 400),
         # after the 404 check.
@@ -254,6 +362,50 @@ def on_database_down(request, exc):
         "database_unavailable",
         "the database is unreachable; retry later",
         headers={"Retry-After": "5"},
+    )
+
+
+def _out_of_range(exc) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, OverflowError) or "out of range" in text or "overflow" in text
+
+
+@api.exception_handler(DataError)
+@api.exception_handler(OverflowError)
+def on_out_of_range(request, exc):
+    """Each number is bounded at the schema edge by the column that stores it; what can still
+    overflow is a sum (a run's usage, a tenant's day). The service's transaction has rolled
+    back: nothing was written, and the answer is a 422 like any value out of range."""
+    if not _out_of_range(exc):
+        return on_unexpected(request, exc)
+    details = [{"path": "body", "message": "a number, or a total it adds to, is out of range"}]
+    return error_response(
+        request, 422, "validation_error", "a value is out of the range the console stores", details
+    )
+
+
+@api.exception_handler(Http404)
+def on_http404(request, exc):
+    return error_response(request, 404, "not_found", "not found")
+
+
+def request_id() -> str:
+    return "req_" + uuid.uuid4().hex
+
+
+@api.exception_handler(Exception)
+def on_unexpected(request, exc):
+    """Anything unforeseen: the contract's body (never Django's HTML page), and the traceback
+    in the log under the request id the client is given, so a report can be matched."""
+    rid = request_id()
+    logger.error("internal_error %s on %s %s", rid, request.method, request.path, exc_info=exc)
+    return error_response(
+        request,
+        500,
+        "internal_error",
+        "the server failed to answer this request; it has been logged",
+        {"requestId": rid},
+        headers={"X-Request-Id": rid},
     )
 
 

@@ -55,13 +55,16 @@ API_PREFIX = "/api/v1/"
 
 
 def _api_error_body(request, response):
-    """Django's own 404 (no such route) and ninja's bare 405 answer the contract's JSON body."""
-    if not request.path.startswith(API_PREFIX) or response.status_code not in (404, 405):
+    """Django's own 404 (no such route), ninja's bare 405 and Django's 500 page (an exception
+    outside an API operation, e.g. in a middleware) answer the contract's JSON body."""
+    if not request.path.startswith(API_PREFIX) or response.status_code not in (404, 405, 500):
         return response
     if response.get("Content-Type", "").startswith("application/json"):
         return response
     from django.http import JsonResponse
 
+    if response.status_code == 500:
+        return _internal_error(request)
     if response.status_code == 404:
         body = {"code": "not_found", "message": f"no API endpoint at {request.path}"}
     else:
@@ -74,6 +77,28 @@ def _api_error_body(request, response):
     if response.has_header("Allow"):
         new["Allow"] = response["Allow"]
     return new
+
+
+def _internal_error(request):
+    """Django has logged the traceback ("Internal Server Error: <path>"); this line ties it to
+    the request id the client is given."""
+    import logging
+    import uuid
+
+    from django.http import JsonResponse
+
+    rid = "req_" + uuid.uuid4().hex
+    logging.getLogger("console.api").error(
+        "internal_error %s on %s %s (traceback above)", rid, request.method, request.path
+    )
+    body = {
+        "code": "internal_error",
+        "message": "the server failed to answer this request; it has been logged",
+        "details": {"requestId": rid},
+    }
+    response = JsonResponse({"error": body}, status=500)
+    response["X-Request-Id"] = rid
+    return response
 
 
 class ApiErrorBodyMiddleware(ResponseMiddleware):

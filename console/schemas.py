@@ -1,12 +1,83 @@
 """The schema edge's bases: Python snake_case inside, camelCase on the wire."""
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+)
+from pydantic import StrictBool as StrictBool  # re-exported: JSON true/false only
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+# --- Wire types: what is accepted is exactly what can be stored and answered ---
+#
+# Pydantic's lax mode would take `true` for 1, "3" for 3 and 0 for 1970-01-01: the API is
+# strict instead (JSON integers only, 3.0 being one as JSON Schema says; JSON booleans only;
+# date-times only as ISO 8601 strings). Integers are bounded by the column that stores them.
+
+INT32_MAX = 2**31 - 1  # PostgreSQL integer (PositiveIntegerField)
+INT64_MAX = 2**63 - 1  # PostgreSQL bigint
+
+
+def _json_int(value):
+    if isinstance(value, bool | str):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+def _iso_string(value):
+    if not isinstance(value, str | datetime):
+        raise PydanticCustomError("datetime_type", "Input should be an ISO 8601 date-time string")
+    return value
+
+
+def in_utc_range(value: datetime) -> datetime:
+    """A date-time whose UTC instant is a date-time too (0001-01-01T00:00+01:00 is not)."""
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("is out of the range of date-times") from None
+    return value
+
+
+_JSON_INT = BeforeValidator(_json_int)
+WireInt = Annotated[int, _JSON_INT]
+
+
+def wire_int(*, ge: int = 0, le: int) -> Any:
+    """A JSON integer in [ge, le] (the bounds go in the OpenAPI schema as minimum/maximum)."""
+    return Annotated[int, Field(ge=ge, le=le), _JSON_INT]
+
+
+Int32 = wire_int(le=INT32_MAX)  # a count stored in an integer column
+Int64 = wire_int(le=INT64_MAX)  # a count stored in a bigint column
+WireDatetime = Annotated[AwareDatetime, BeforeValidator(_iso_string), AfterValidator(in_utc_range)]
+
+
+CURSOR_DESCRIPTION = (
+    "opaque: the nextCursor of an earlier answer (any other value is a 422 validation_error)"
+)
+# A list's cursor: the server issues base64url text; one it did not issue is a 422.
+Cursor = Annotated[
+    str, Field(pattern=r"^[A-Za-z0-9_-]*$", max_length=200, description=CURSOR_DESCRIPTION)
+]
+
+
+def cursor_pk(value: int) -> int:
+    """A primary key read from a cursor, within what the column can hold."""
+    if isinstance(value, bool) or not 0 <= value <= INT64_MAX:
+        raise ValueError("not a key")
+    return value
 
 
 class CamelSchema(Schema):
@@ -139,3 +210,43 @@ class AuditVerifyOut(CamelSchema):
     ok: bool
     entries: int
     first_bad_id: str | None
+
+
+# Escapes that may spell what PostgreSQL cannot store: U+0000, or a lone UTF-16 surrogate (a
+# high one not followed by a low one, or a low one alone). Only a body that matches is walked.
+_SUSPECT_ESCAPE = re.compile(
+    rb"\\u0000"
+    rb"|\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+    rb"|(?<![0-9a-fA-F]{4})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
+
+
+def _unstorable(text: str) -> str | None:
+    if "\x00" in text:
+        return "U+0000 (NUL) is not allowed in a string"
+    if any("\ud800" <= c <= "\udfff" for c in text):
+        return "a lone UTF-16 surrogate is not valid text"
+    return None
+
+
+def unstorable_text(body: bytes, value) -> tuple[tuple, str] | None:
+    """Where a parsed JSON body holds a string (or key) no text column can store, and why."""
+    if not _SUSPECT_ESCAPE.search(body):
+        return None
+    return _unstorable_path(value, ())
+
+
+def _unstorable_path(value, path: tuple) -> tuple[tuple, str] | None:
+    if isinstance(value, str):
+        problem = _unstorable(value)
+        return (path, problem) if problem else None
+    if not isinstance(value, dict | list):
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        if isinstance(key, str) and (problem := _unstorable(key)):
+            return (*path, key.encode("unicode_escape").decode()), problem
+        found = _unstorable_path(item, (*path, key))
+        if found is not None:
+            return found
+    return None

@@ -13,6 +13,7 @@ from django.db.models import Q
 from approvals.models import Approval, ApprovalStatus
 from console import access
 from console.errors import Forbidden, Invalid
+from console.schemas import cursor_pk
 from notifications.models import NotificationSettings
 from notifications.schemas import notification_settings_resource
 
@@ -31,6 +32,7 @@ def cursor_decode(cursor: str, *, path: str = "query.cursor") -> tuple[datetime,
         at = datetime.fromisoformat(at)
         if not isinstance(pk, int) or isinstance(pk, bool) or at.tzinfo is None:
             raise ValueError
+        cursor_pk(pk)
     except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
         raise Invalid(
             "the cursor is not one this server issued",

@@ -13,7 +13,6 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
-    AwareDatetime,
     ConfigDict,
     Field,
     TypeAdapter,
@@ -23,15 +22,33 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from approvals.schemas import ApprovalOut
-from console.schemas import CamelModel
+from console.schemas import (
+    INT32_MAX,
+    INT64_MAX,
+    CamelModel,
+    Cursor,
+    Int32,
+    Int64,
+    StrictBool,
+    WireDatetime,
+    wire_int,
+)
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 MAX_EVENTS = 500
 
 RunId = Annotated[str, Field(pattern=RUN_ID_PATTERN, min_length=1, max_length=128)]
 WireId = Annotated[str, Field(min_length=1, max_length=255)]
-Count = Annotated[int, Field(ge=0)]
-StepNumber = Annotated[int, Field(ge=1)]
+Count = Int64
+# Usage figures: at most 2**53 - 1, the largest integer every JSON client reads exactly. A
+# request whose sums (the run's, its model's, the tenant's day) would pass 2**63 - 1 is a 422
+# and changes nothing (console/api.py, on_out_of_range).
+USAGE_MAX = 2**53 - 1
+UsageCount = wire_int(le=USAGE_MAX)
+StepNumber = wire_int(ge=1, le=INT32_MAX)
+Seq = wire_int(ge=1, le=INT64_MAX)
+BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+HTTP_URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\[\]]+(?:[/?#].*)?$"
 RunStatusLiteral = Literal["running", "awaiting_approval", "done", "aborted", "failed"]
 FinishedStatus = Literal["done", "aborted", "failed"]
 
@@ -44,29 +61,34 @@ class In(CamelModel):
 
 
 class LimitsIn(In):
-    cost_ceiling_minor_units: Count | None = None
-    max_steps: Count | None = None
-    wall_clock_timeout_ms: Count | None = None
+    """Each limit is optional (left out: no limit) and never null: the run resource answers
+    only the limits that are set."""
+
+    cost_ceiling_minor_units: Int64 = None
+    max_steps: Int32 = None
+    wall_clock_timeout_ms: Int64 = None
 
 
 class NewRunIn(In):
     id: RunId
     agent_id: WireId
-    agent_version: Count
+    agent_version: Int32
     principal_id: WireId
     role_ids: list[WireId] = Field(default_factory=list)
     conversation_id: WireId | None = None
     parent_run_id: RunId | None = None
     input: Any = None
     limits: LimitsIn | None = None
-    started_at: AwareDatetime | None = None
+    started_at: WireDatetime | None = None
 
 
 # --- message parts ---
 
 
 class BytesEnvelope(In):
-    bytes_: str = Field(alias="$bytes", description="base64")
+    bytes_: str = Field(
+        alias="$bytes", pattern=BASE64_PATTERN, description="standard base64, padded"
+    )
 
     @field_validator("bytes_")
     @classmethod
@@ -79,7 +101,7 @@ class BytesEnvelope(In):
 
 
 class UrlEnvelope(In):
-    url: str = Field(alias="$url")
+    url: str = Field(alias="$url", pattern=HTTP_URL_PATTERN, description="an http(s) URL")
 
     @field_validator("url")
     @classmethod
@@ -126,14 +148,14 @@ class MessageIn(In):
 
 
 class UsageIn(In):
-    input_tokens: Count
-    output_tokens: Count
-    cost_minor_units: Count
+    input_tokens: UsageCount
+    output_tokens: UsageCount
+    cost_minor_units: UsageCount
 
 
 class EventBase(In):
-    seq: Annotated[int, Field(ge=1)]
-    at: AwareDatetime | None = None
+    seq: Seq
+    at: WireDatetime | None = None
 
 
 class StepStarted(EventBase):
@@ -155,7 +177,7 @@ class ToolResultEvent(EventBase):
     tool_call_id: WireId
     tool_name: WireId
     result: Any = None
-    is_error: bool
+    is_error: StrictBool
 
 
 class StepFinished(EventBase):
@@ -174,13 +196,16 @@ class ApprovalCallIn(In):
     reason: str = ""
     rejection_message: str = ""
     sub_run_tool_call_id: WireId | None = None
-    expires_at: AwareDatetime | None = None
+    expires_at: WireDatetime | None = None
 
 
 class ApprovalRequested(EventBase):
     type: Literal["approval.requested"]
     step: StepNumber
-    calls: Annotated[list[ApprovalCallIn], Field(min_length=1)]
+    calls: Annotated[
+        list[ApprovalCallIn],
+        Field(min_length=1, description="never empty; each call's toolCallId distinct"),
+    ]
 
     @model_validator(mode="after")
     def _distinct_calls(self):
@@ -217,7 +242,7 @@ class TodosUpdated(EventBase):
 
 class VerdictEvent(EventBase):
     type: Literal["verdict"]
-    turn: Annotated[str, Field(pattern=r"^\d+:\d+$", max_length=32)]
+    turn: Annotated[str, Field(pattern=r"^[0-9]+:[0-9]+$", max_length=32)]
     verdict: Literal["allowed", "flagged", "blocked"]
     guard: Annotated[str, Field(max_length=255)]
     reason: str
@@ -274,7 +299,7 @@ class EventsAppliedOut(CamelModel):
 # --- the run resource ---
 
 
-class UsageOut(CamelModel):
+class RunUsageOut(CamelModel):
     input_tokens: int
     output_tokens: int
     cost_minor_units: int
@@ -312,8 +337,8 @@ class RunOut(CamelModel):
         description="the run's ceilings as admitted: costCeilingMinorUnits, maxSteps, "
         "wallClockTimeoutMs (each present only when set)"
     )
-    usage: UsageOut
-    usage_by_model: dict[str, UsageOut]
+    usage: RunUsageOut
+    usage_by_model: dict[str, RunUsageOut]
     steps: int
     last_seq: int
     todos: list[TodoOut]
@@ -340,4 +365,4 @@ class RunListQuery(In):
     agent_id: str | None = None
     status: RunStatusLiteral | None = None
     limit: Annotated[int, Field(ge=1, le=200)] = 50
-    cursor: str | None = None
+    cursor: Cursor | None = None

@@ -20,12 +20,13 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, ConfigDict, Field, StringConstraints
 
 from approvals.schemas import DecisionOut
+from console.schemas import Int32, in_utc_range
 from runs.schemas import (
-    Count,
     In,
     MessageIn,
     RunErrorIn,
     RunId,
+    StepNumber,
     TodoIn,
     ToolCallIn,
     UsageIn,
@@ -44,6 +45,7 @@ def _iso_time(value: str) -> str:
         raise ValueError("must be an ISO 8601 date-time, e.g. 2026-12-02T10:00:00Z") from None
     if parsed.tzinfo is None:
         raise ValueError("must carry a UTC offset (e.g. Z or +02:00)")
+    in_utc_range(parsed)
     return value
 
 
@@ -58,7 +60,7 @@ Label = Annotated[str, Field(max_length=255)]
 
 
 class RunStepIn(In):
-    step_number: Annotated[int, Field(ge=1)]
+    step_number: StepNumber
     agent_id: WireId
     model: Label
     usage: UsageIn
@@ -78,7 +80,7 @@ class ToolApprovalIn(In):
 class HandoffRecordIn(In):
     from_agent_id: WireId
     to_agent_id: WireId
-    step_number: Count
+    step_number: StepNumber
 
 
 class VerdictEntryIn(In):
@@ -237,7 +239,7 @@ class RunOutcomeIn(In):
     messages: list[MessageIn]
     pending_calls: list[PendingCallIn] | None = None
     result: ModelResultIn | None = None
-    steps: Count
+    steps: Int32
     usage: UsageIn
     trace_ids: list[Label]
     usage_denied: dict[str, Any] | None = None

@@ -17,6 +17,7 @@ from approvals.services.expiry import approvals_expire_due
 from budgets.spend import run_costs
 from console import access
 from console.errors import Invalid
+from console.schemas import cursor_pk
 from runs.models import Run
 
 RUN_RELATED = ("agent", "principal", "conversation")
@@ -98,6 +99,7 @@ def cursor_decode(cursor: str) -> tuple[datetime, int]:
         started_at = datetime.fromisoformat(started)
         if not isinstance(pk, int) or started_at.tzinfo is None:
             raise ValueError
+        cursor_pk(pk)
     except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
         raise Invalid(
             "the cursor is not one this server issued",

@@ -237,3 +237,17 @@ def test_the_openapi_schema_describes_the_approvals_endpoints(client):
         "decidedByRule", "decidedAt",
     }  # fmt: skip
     assert "/api/v1/approvals" in paths
+
+
+@pytest.mark.parametrize(
+    ("params", "path"),
+    [({"wiat": "30"}, "query.wiat"), ({"after": "\x00"}, "query.after")],
+)
+def test_the_long_poll_refuses_an_unknown_or_nul_query_parameter_with_422(
+    ingest_a, run_a, params, path
+):
+    """A misspelt `wait` would silently not wait; U+0000 cannot name a cursor (once a 500:
+    the 422 path looked the run up from inside the event loop)."""
+    response = decisions(ingest_a, run_a, **params)
+    assert response.status_code == 422, response.content
+    assert path in [d["path"] for d in response.json()["error"]["details"]]

@@ -420,3 +420,30 @@ def test_a_key_of_a_deactivated_principal_is_401(rules_a, lead_a):
     assert rules_a.get(RULES).status_code == 401
     assert rules_a.patch(f"{RULES}/{rule['id']}", {"name": "x"}).status_code == 401
     assert Rule.objects.get().name == INTERNAL["name"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "path"),
+    [
+        ({"active": 1}, "active"),
+        ({"active": "true"}, "active"),
+        ({"expiresAt": 0}, "expiresAt"),
+        ({"name": "nul \x00"}, "name"),
+    ],
+)
+def test_a_rule_body_of_the_wrong_json_type_is_a_422_and_saves_nothing(rules_a, fields, path):
+    """Strict types (issue 18): no number for a boolean or a date-time, no NUL in text."""
+    response = rules_a.post(RULES, {**INTERNAL, **fields})
+    assert response.status_code == 422, response.content
+    assert path in [d["path"] for d in response.json()["error"]["details"]]
+    assert not Rule.objects.exists()
+
+
+@pytest.mark.parametrize("field", ["name", "effect", "toolPattern", "conditions", "active"])
+def test_patching_a_non_nullable_field_with_null_is_a_422_and_changes_nothing(rules_a, field):
+    """The schema says these fields take no null (it once said they did, and then refused it)."""
+    rule = create(rules_a)
+    response = rules_a.patch(f"{RULES}/{rule['id']}", {field: None})
+    assert response.status_code == 422, response.content
+    assert field in [d["path"] for d in response.json()["error"]["details"]]
+    assert rules_a.get(f"{RULES}/{rule['id']}").json() == rule

@@ -125,11 +125,13 @@ def test_a_scope_naming_nothing_known_is_a_422_at_scope_id(manage_a, scope, mess
         ({"thresholds": [0]}, "thresholds.0"),
         ({"thresholds": [80, 1001]}, "thresholds.1"),
         ({"thresholds": ["80"]}, "thresholds.0"),
-        ({"thresholds": [80.0]}, "thresholds.0"),
+        ({"thresholds": [80.5]}, "thresholds.0"),  # 80.0 is the integer 80 (JSON Schema)
         ({"ceilingMinorUnits": -1}, "ceilingMinorUnits"),
         ({"ceilingMinorUnits": 0}, "ceilingMinorUnits"),
         ({"ceilingMinorUnits": "500"}, "ceilingMinorUnits"),
         ({"ceilingMinorUnits": True}, "ceilingMinorUnits"),
+        ({"ceilingMinorUnits": 2**63}, "ceilingMinorUnits"),  # past the bigint column
+        ({"name": "nul \x00"}, "name"),
         ({"ceilingTokens": 0}, "ceilingTokens"),
         ({"period": "year"}, "period"),
         ({"overBudget": "warn"}, "overBudget"),

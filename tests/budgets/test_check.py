@@ -183,7 +183,8 @@ def test_unknown_run_404_finished_run_409(ingest_a, ingest_b, tenant_a, alice):
     [
         ({"runId": "r1", "estimatedCostMinorUnits": -1}, "estimatedCostMinorUnits"),
         ({"runId": "r1", "estimatedCostMinorUnits": "5"}, "estimatedCostMinorUnits"),
-        ({"runId": "r1", "estimatedCostMinorUnits": 5.0}, "estimatedCostMinorUnits"),
+        ({"runId": "r1", "estimatedCostMinorUnits": 5.5}, "estimatedCostMinorUnits"),
+        ({"runId": "r1", "estimatedCostMinorUnits": 2**63}, "estimatedCostMinorUnits"),
         ({"runId": "r1", "estimatedCostMinorUnits": True}, "estimatedCostMinorUnits"),
         ({"runId": "r1"}, "estimatedCostMinorUnits"),
         ({"runId": "r1", "estimatedCostMinorUnits": 1, "estimatedTokens": -3}, "estimatedTokens"),
@@ -461,3 +462,12 @@ def test_no_lasting_rule_decides_an_override(ingest_a, tenant_a, lead_a, over):
     approval = Approval.objects.get(public_id=answer["approvalId"])
     assert approval.status == "pending" and approval.decided_by_rule is None
     assert answer["allowed"] is False
+
+
+def test_nul_in_the_run_id_is_a_422_naming_it_not_a_500(ingest_a):
+    """The body is parsed by the operation itself (404 before 422): it refuses U+0000 too."""
+    response = ingest_a.post(CHECK, {"runId": "r\x00", "estimatedCostMinorUnits": 1})
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["details"] == [
+        {"path": "runId", "message": "U+0000 (NUL) is not allowed in a string"}
+    ]
