@@ -41,7 +41,8 @@ def run_resource(*, run: Run, pending: list[Approval] | None = None, costs=None)
         "parent_run_id": run.parent_run_id,
         "status": run.status,
         "input": run.input,
-        "limits": run.limits or {},
+        # A null limit was stored before issue 18 (now a 422): it is a limit not set.
+        "limits": {k: v for k, v in (run.limits or {}).items() if v is not None},
         "usage": run.usage,
         "usage_by_model": run.usage_by_model or {},
         "steps": run.steps,

@@ -2,6 +2,8 @@
 refusals and the same session saves as Django's own, without a thread hop for hooks that only
 compute (an API call goes through the whole stack without one)."""
 
+import json
+
 import pytest
 from django.test import AsyncClient
 from django.utils import deprecation
@@ -73,3 +75,20 @@ def _password_for(principal) -> str:
     principal.user.set_password("pw-async-123")
     principal.user.save()
     return "pw-async-123"
+
+
+def test_djangos_500_page_under_the_api_becomes_the_internal_error_body(rf, caplog):
+    """An exception outside an API operation (a middleware, the URL resolver) still answers
+    the contract's body, with a request id that the log line carries too."""
+    from django.http import HttpResponseServerError
+
+    html = HttpResponseServerError("<h1>Server Error (500)</h1>", content_type="text/html")
+    with caplog.at_level("ERROR", logger="console.api"):
+        response = middleware._api_error_body(rf.get("/api/v1/runs"), html)
+    assert response.status_code == 500
+    error = json.loads(response.content)["error"]
+    assert error["code"] == "internal_error"
+    assert response["X-Request-Id"] == error["details"]["requestId"]
+    assert any(error["details"]["requestId"] in r.getMessage() for r in caplog.records)
+    page = middleware._api_error_body(rf.get("/runs/"), html)
+    assert page is html  # pages keep Django's own

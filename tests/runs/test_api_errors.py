@@ -335,3 +335,12 @@ def test_an_unexpected_exception_is_500_internal_error_with_a_logged_request_id(
     logged = [r for r in caplog.records if request_id in r.getMessage()]
     assert logged and logged[0].exc_info is not None  # the traceback, under that id
     assert "boom" not in response.content.decode()
+
+
+def test_a_null_limit_stored_before_the_fix_does_not_poison_the_list(ingest_a, admitted):
+    """Runs admitted with `limits: {"maxSteps": null}` before it was a 422 read as unset."""
+    Run.objects.update(limits={"maxSteps": None, "costCeilingMinorUnits": 500})
+    assert ingest_a.get(f"{RUNS}/run_1").json()["limits"] == {"costCeilingMinorUnits": 500}
+    response = ingest_a.get(RUNS)
+    assert response.status_code == 200
+    assert response.json()["items"][0]["limits"] == {"costCeilingMinorUnits": 500}
