@@ -26,6 +26,17 @@ EXPORTS = {
     by_alias=True,
     summary="The tenant's audit log, newest first, keyset pages "
     "(`format=csv|jsonl`: every matching entry, streamed)",
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "a page (JSON), or every matching entry with format=csv|jsonl",
+                "content": {
+                    "text/csv": {"schema": {"type": "string"}},
+                    "application/x-ndjson": {"schema": {"type": "string"}},
+                },
+            }
+        }
+    },
 )
 def audit_index(request, query: Query[s.AuditQuery]):
     filters = selectors.audit_query_check(query)

@@ -13,6 +13,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    WithJsonSchema,
     field_validator,
 )
 from pydantic import StrictBool as StrictBool  # re-exported: JSON true/false only
@@ -147,6 +148,13 @@ def _when(value, *, end: bool):
     return value
 
 
+AUDIT_TIME = {
+    "type": "string",
+    "description": "an ISO 8601 date-time (without an offset: UTC) or a day YYYY-MM-DD; "
+    "empty: no bound",
+}
+
+
 class AuditQuery(CamelSchema):
     """`GET /audit`'s filters: entries with `from <= at < to`, newest first."""
 
@@ -154,8 +162,10 @@ class AuditQuery(CamelSchema):
     actor_id: Filter = None  # a principal id, a key id (key_...) or a rule id (rul_...)
     object_type: Filter = None
     object_id: Filter = None
-    date_from: Annotated[datetime | None, Field(alias="from")] = None
-    date_to: Annotated[datetime | None, Field(alias="to")] = None
+    # The schema says what the server reads (an ISO time, no offset meaning UTC, or a day;
+    # empty: no bound); one that does not parse is a 422 naming it.
+    date_from: Annotated[datetime | None, WithJsonSchema(AUDIT_TIME), Field(alias="from")] = None
+    date_to: Annotated[datetime | None, WithJsonSchema(AUDIT_TIME), Field(alias="to")] = None
     limit: Annotated[int, Field(ge=1, le=200)] = 50
     cursor: Filter = None
     format: Literal["json", "csv", "jsonl"] = "json"
