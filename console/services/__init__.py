@@ -235,6 +235,9 @@ def _shared_login_proof(*, tenant: Tenant, external_id: str, password: str) -> b
     )
 
 
+USERNAME_MAX = 150  # Django's User.username: a principal id signs in as itself
+
+
 def _principal_set_login(*, principal: Principal, password: str, proven: bool) -> None:
     """The login is named by the principal id (usernames are global) and may be the same
     id's principal in several tenants, with one password. A login already another tenant's
@@ -249,6 +252,12 @@ def _principal_set_login(*, principal: Principal, password: str, proven: bool) -
         )
     user = shared or principal.user or User.objects.filter(username=principal.external_id).first()
     if user is None:
+        if len(principal.external_id) > USERNAME_MAX:  # a 500 the fuzz run found (issue 18)
+            raise Invalid(
+                f"a principal whose id is over {USERNAME_MAX} characters cannot sign in",
+                code="validation_error",
+                details=[{"path": "password", "message": "the id is too long to sign in with"}],
+            )
         user = User.objects.create_user(username=principal.external_id)
     if principal.user_id != user.pk:
         principal.user = user

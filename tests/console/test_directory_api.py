@@ -492,3 +492,13 @@ def test_post_principals_links_a_shared_login_only_with_its_password(
     assert right.status_code == 201 and right.json()["canSignIn"]
     linked = Principal.objects.get(tenant__slug="tenant-a", external_id=reviewer_b.external_id)
     assert linked.user_id == reviewer_b.user_id
+
+
+def test_a_password_for_a_principal_whose_id_cannot_be_a_username_is_422(admin_api, tenant_a):
+    """Found by the fuzz run (issue 18): ids may be 255 characters, Django usernames 150; a
+    password for such a principal once answered 500 (varchar(150) overflow)."""
+    long_id = "p" * 200
+    PrincipalFactory(tenant=tenant_a, external_id=long_id)
+    response = admin_api.patch(f"/api/v1/principals/{long_id}", {"password": "Str0ng-enough-pass!"})
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["details"][0]["path"] == "password"
