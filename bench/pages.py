@@ -7,6 +7,10 @@
    that many steps produces, written in bulk by `manage.py seed_usage`): each page's server time
    and the ratio between the two volumes (targets: <= 150 ms each at 1,000,000 steps, ratio <=
    1.5).
+3. Manage: /manage/principals/ and /manage/audit/ (first page) as a tenant's admin, for a tenant
+   with 100,000 principals and 5,000,000 audit entries against one with 1,000 and 10,000
+   (targets: <= 50 ms each for the large tenant, ratio <= 1.5). Seeded in bulk with set-based
+   SQL (see `_manage_seed`).
 
 Server time is measured in-process through Django's full stack (middleware, session, auth,
 access checks, the selectors, template rendering), DEBUG off. The baseline, in the same run and
@@ -15,8 +19,11 @@ psycopg connection: the floor a page cannot beat. Each figure is the median of R
 
 The data is seeded once (`manage.py seed_demo`) into a dedicated database and reused:
 BENCH_PAGES_DB (default gavel_bench_pages) on the server of DATABASE_URL.
-Knobs (env): BENCH_PAGES_RUNS (100000), BENCH_PAGES_ROUNDS (25), BENCH_PAGES_ONLY (runs or
-budgets: one part only), BENCH_USAGE_PRINCIPALS (24: principals of the usage tenants).
+Knobs (env): BENCH_PAGES_RUNS (100000), BENCH_PAGES_ROUNDS (25), BENCH_PAGES_ONLY (runs,
+budgets or manage: one part only), BENCH_USAGE_PRINCIPALS (24: principals of the usage tenants),
+BENCH_MANAGE_LARGE (100000,5000000: principals,audit entries of the large tenant),
+BENCH_MANAGE_SMALL (1000,10000: the same of the small one). The manage tenants are named after
+their sizes, so a small trial run seeds tenants of its own.
 """
 
 from __future__ import annotations
@@ -152,6 +159,8 @@ def measure() -> None:
         measure_runs()
     if only in ("", "budgets"):
         measure_budgets()
+    if only in ("", "manage"):
+        measure_manage()
 
 
 def measure_runs() -> None:
@@ -301,6 +310,173 @@ def measure_budgets() -> None:
           f"ratio <= {BUDGETS_TARGET_RATIO} (load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} CPUs; CPU ms is this process's, which contention does not "
           "inflate)")  # fmt: skip
+
+
+# --- manage ---
+
+MANAGE_TARGET_MS, MANAGE_TARGET_RATIO = 50.0, 1.5
+MANAGE_ACTIONS = (
+    "principal.created", "principal.updated", "principal.deactivated", "role.updated",
+    "team.created", "team.updated", "apikey.created", "apikey.revoked", "approval.decided",
+    "rule.created", "budget.updated", "authz.refused",
+)  # fmt: skip
+MANAGE_TEAMS = 12
+
+
+def _sizes(name: str, default: str) -> tuple[int, int]:
+    principals, entries = os.environ.get(name, default).split(",")
+    return int(principals), int(entries)
+
+
+def _manage_seed(slug: str, principals: int, entries: int):
+    """The tenant `slug` with `principals` principals (12 teams, one role and one team each,
+    one in 1,000 not yet reviewed) and `entries` audit entries, seeded once and reused.
+
+    Seeding bypasses the services on purpose, as `seed_demo` and `seed_usage` do: one
+    INSERT ... SELECT generate_series per table, never one ORM save per row. Audit entries
+    are inserted sealed, with their chain columns (chain_seq continuing the tenant's chain,
+    prev_hash the hash before): the append-only trigger refuses UPDATE and DELETE only, and an
+    unsealed row would be sealed in Python, one at a time, by the next audit() of the tenant.
+    Their hashes are stand-ins (SHA-256 of the tenant and the position), not the canonical
+    form's, so `audit verify` would refuse this chain; the pages never verify it."""
+    from django.db import connection
+
+    from console.models import AuditEvent, Principal, Team
+    from console.services import tenant_create
+    from console.services.auditlog import audit_seal
+
+    tenant, _ = tenant_create(slug=slug)
+    have_p = Principal.objects.filter(tenant=tenant).count()
+    have_a = AuditEvent.objects.filter(tenant=tenant).count()
+    if have_p >= principals and have_a >= entries:
+        return tenant
+    print(f"seeding '{slug}': {principals} principals, {entries} audit entries (once; reused)",
+          flush=True)  # fmt: skip
+    started = time.perf_counter()
+    for i in range(MANAGE_TEAMS):
+        Team.objects.get_or_create(tenant=tenant, name=f"team-{i:02d}")
+    with connection.cursor() as cur:
+        if have_p < principals:
+            cur.execute(
+                """
+                INSERT INTO console_principal
+                    (tenant_id, external_id, name, email, is_active, reviewed, created_at)
+                SELECT %s, 'user' || lpad(g::text, 7, '0') || '@bench.example',
+                       'User ' || g, 'user' || g || '@bench.example',
+                       g %% 50 <> 0, g %% 1000 <> 0,
+                       now() - (%s - g) * interval '1 minute'
+                FROM generate_series(%s, %s) AS g
+                """,
+                [tenant.pk, principals, have_p + 1, principals],
+            )
+            for table, column, model in (
+                ("console_principal_roles", "role_id", "console_role"),
+                ("console_principal_teams", "team_id", "console_team"),
+            ):
+                cur.execute(  # the names: from the tuple above
+                    f"""
+                    WITH pick AS (
+                        SELECT id, row_number() OVER (ORDER BY id) - 1 AS n,
+                               count(*) OVER () AS total
+                        FROM {model} WHERE tenant_id = %s)
+                    INSERT INTO {table} (principal_id, {column})
+                    SELECT p.id, pick.id
+                    FROM console_principal p JOIN pick ON pick.n = p.id %% pick.total
+                    WHERE p.tenant_id = %s AND p.external_id LIKE 'user%%@bench.example'
+                    ON CONFLICT DO NOTHING
+                    """,  # noqa: S608
+                    [tenant.pk, tenant.pk],
+                )
+        if have_a < entries:
+            audit_seal(tenant_id=tenant.pk)
+            head = (
+                AuditEvent.objects.filter(tenant=tenant, hash__isnull=False)
+                .order_by("-chain_seq")
+                .values_list("chain_seq", "hash")
+                .first()
+            )
+            seq, prev = head or (0, None)
+            principal_pks = Principal.objects.filter(tenant=tenant).order_by("pk")
+            first, span = principal_pks.first().pk, principal_pks.count()
+            cur.execute(
+                """
+                INSERT INTO console_auditevent
+                    (tenant_id, at, action, actor_principal_id, actor_key_id, actor_rule,
+                     object_type, object_id, data, before, after, ip, user_agent,
+                     chain_seq, prev_hash, hash)
+                SELECT %(t)s, now() - (%(last)s - g) * interval '1 second',
+                       (%(actions)s::text[])[1 + g %% %(n_actions)s],
+                       %(first)s + g %% %(span)s, NULL, NULL,
+                       'principal', 'user' || lpad((g %% %(span)s)::text, 7, '0'),
+                       jsonb_build_object('n', g), jsonb_build_object('active', true),
+                       jsonb_build_object('active', g %% 2 = 0),
+                       '10.0.' || (g %% 250) || '.' || (g %% 200), 'bench/1.0',
+                       %(seq)s + g,
+                       CASE WHEN g = 1 THEN %(prev)s::varchar ELSE encode(sha256(convert_to(
+                           %(t)s::text || ':' || (%(seq)s + g - 1), 'UTF8')), 'hex') END,
+                       encode(sha256(convert_to(
+                           %(t)s::text || ':' || (%(seq)s + g), 'UTF8')), 'hex')
+                FROM generate_series(1, %(last)s) AS g
+                """,
+                {"t": tenant.pk, "last": entries - have_a, "actions": list(MANAGE_ACTIONS),
+                 "n_actions": len(MANAGE_ACTIONS), "first": first, "span": span, "seq": seq,
+                 "prev": prev},
+            )  # fmt: skip
+        for table in ("console_principal", "console_principal_roles", "console_principal_teams",
+                      "console_auditevent"):  # fmt: skip
+            cur.execute(f"ANALYZE {table}")
+    print(f"  seeded in {time.perf_counter() - started:.0f} s", flush=True)
+    return tenant
+
+
+def _manage_admin(tenant):
+    from django.test import Client
+
+    from console.services import principal_create
+
+    admin = f"admin@{tenant.slug}.example"
+    principal = tenant.principals.filter(external_id=admin).first()
+    if principal is None or principal.user is None:
+        principal, _ = principal_create(
+            tenant=tenant, external_id=admin, password="bench-pass-123", roles=["admin"]
+        )
+    client = Client()
+    client.force_login(principal.user)
+    return client
+
+
+def measure_manage() -> None:
+    rounds = int(os.environ.get("BENCH_PAGES_ROUNDS", "25"))
+    sizes = {
+        "small": _sizes("BENCH_MANAGE_SMALL", "1000,10000"),
+        "large": _sizes("BENCH_MANAGE_LARGE", "100000,5000000"),
+    }
+    pages = {"/manage/principals/": "/manage/principals/", "/manage/audit/": "/manage/audit/"}
+    figures = {}
+    for label, (principals, entries) in sizes.items():
+        tenant = _manage_seed(f"bench-manage-{principals}p-{entries}a", principals, entries)
+        client = _manage_admin(tenant)
+        for page, path in pages.items():
+            figures[(page, label)] = _time_get(client, path, rounds)
+    (sp, sa), (lp, la) = sizes["small"], sizes["large"]
+    print(f"\nmanage: first pages as the tenant's admin, median of {rounds}, server time "
+          f"in-process, DEBUG off; large: {lp} principals, {la} audit entries; small: {sp}, "
+          f"{sa}")  # fmt: skip
+    print(f"{'page':22} {'large ms':>8} {'small ms':>8} {'ratio':>6} {'large CPU':>9} "
+          f"{'queries':>7} {'slowest q':>9}  met")  # fmt: skip
+    verdicts = []
+    for page in pages:
+        a, b = figures[(page, "small")], figures[(page, "large")]
+        ratio = b[0] / a[0]
+        met = b[0] <= MANAGE_TARGET_MS and ratio <= MANAGE_TARGET_RATIO
+        verdicts.append(met)
+        print(f"{page:22} {b[0]:8.1f} {a[0]:8.1f} {ratio:6.2f} {b[1]:9.1f} "
+              f"{b[2]:3d}/{a[2]:<3d} {b[3]:7.1f}ms  {'met' if met else 'MISSED'}",
+              flush=True)  # fmt: skip
+    verdict = "meets" if all(verdicts) else "MISSES"
+    print(f"{verdict} the targets: <= {MANAGE_TARGET_MS:.0f} ms each for the large tenant, "
+          f"ratio <= {MANAGE_TARGET_RATIO} (load average {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} CPUs; queries large/small)")  # fmt: skip
 
 
 if __name__ == "__main__":
