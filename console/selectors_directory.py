@@ -72,7 +72,9 @@ def principals_filtered(
     active: bool | None = None,
     reviewed: bool | None = None,
 ):
-    """The tenant's principals matching the filters (q: a substring of id, name or email)."""
+    """The tenant's principals matching the filters (q: a substring of id, name or email).
+    DISTINCT only when a filter joins a principal's roles or teams: over every column of the
+    principal and its user it costs a sort of all the tenant's principals."""
     qs = access.directory_of(viewer=viewer, kind="principal")
     if q:
         qs = qs.filter(Q(external_id__icontains=q) | Q(name__icontains=q) | Q(email__icontains=q))
@@ -84,7 +86,8 @@ def principals_filtered(
         qs = qs.filter(is_active=active)
     if reviewed is not None:
         qs = qs.filter(reviewed=reviewed)
-    return qs.select_related("user").prefetch_related("roles", "teams").distinct()
+    qs = qs.select_related("user").prefetch_related("roles", "teams")
+    return qs.distinct() if team or role else qs
 
 
 def principals_list(*, viewer, limit: int = 50, cursor: str | None = None, **filters) -> dict:
@@ -163,16 +166,21 @@ def team_read(*, viewer, name: str) -> dict:
 # --- what the /manage/ forms offer ---
 
 
-def directory_choices(*, viewer) -> dict:
-    """The tenant's role names, team names and principal ids (the forms' choices)."""
-    qs = {k: access.directory_of(viewer=viewer, kind=k) for k in ("role", "team", "principal")}
-    return {
+def directory_choices(*, viewer, principals: bool = True) -> dict:
+    """The tenant's role names, team names and principal ids (the forms' choices);
+    `principals=False`: without the principal ids (every principal of the tenant), for the
+    pages whose forms offer roles and teams only."""
+    kinds = ("role", "team", "principal") if principals else ("role", "team")
+    qs = {k: access.directory_of(viewer=viewer, kind=k) for k in kinds}
+    choices = {
         "roles": list(qs["role"].order_by("name").values_list("name", flat=True)),
         "teams": list(qs["team"].order_by("name").values_list("name", flat=True)),
-        "principals": list(
-            qs["principal"].order_by("external_id").values_list("external_id", flat=True)
-        ),
     }
+    if principals:
+        choices["principals"] = list(
+            qs["principal"].order_by("external_id").values_list("external_id", flat=True)
+        )
+    return choices
 
 
 def principal_page(*, viewer, principal_id: str) -> dict:

@@ -61,7 +61,7 @@ def principals_index(request):
         "page": page,
         "queue": _queue(viewer),
         "typed": request.GET,
-        "choices": selectors.directory_choices(viewer=viewer),
+        "choices": selectors.directory_choices(viewer=viewer, principals=False),
         "more": _more_url(request, page["next_cursor"]),
     }
     return manage_page(request, PRINCIPALS, context, tab="principals")

@@ -62,6 +62,28 @@ def test_principals_page_searches_filters_and_lists_the_review_queue(admin, tena
     assert "seen-by-runtime" in table and "admin@a.example" not in table
 
 
+def test_principals_listed_once_under_any_filter_and_no_principal_ids_offered(admin, tenant_a):
+    from console.selectors_directory import principals_list
+
+    support = Team.objects.create(tenant=tenant_a, name="support")
+    ops = Team.objects.create(tenant=tenant_a, name="ops")
+    both = PrincipalFactory(tenant=tenant_a, external_id="in-two-teams", role="reviewer")
+    both.teams.add(support, ops)
+    both.roles.add(Role.objects.get(tenant=tenant_a, name="viewer"))
+    viewer = admin.get("/manage/principals/").context["request"].viewer
+    for filters in (
+        {},
+        {"team": "support"},
+        {"role": "reviewer"},
+        {"team": "ops", "role": "viewer"},
+    ):
+        ids = [p["id"] for p in principals_list(viewer=viewer, **filters)["items"]]
+        assert ids.count("in-two-teams") == 1 and len(ids) == len(set(ids)), filters
+    page = admin.get("/manage/principals/", {"team": "support"})
+    assert "in-two-teams" in page.content.decode()
+    assert "principals" not in page.context["choices"]  # this page's forms offer none
+
+
 def test_mark_reviewed_in_one_click_rerenders_the_queue(admin, tenant_a):
     PrincipalFactory(tenant=tenant_a, external_id="newcomer", reviewed=False)
     response = admin.post("/manage/principals/newcomer/reviewed/", headers={"HX-Request": "true"})
