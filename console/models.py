@@ -103,6 +103,14 @@ class Principal(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        indexes = [
+            # /manage/principals/'s "not yet reviewed" queue: the few among every principal
+            models.Index(
+                fields=["tenant", "id"],
+                name="principal_unreviewed",
+                condition=models.Q(reviewed=False),
+            ),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["tenant", "external_id"], name="principal_unique_id"),
             models.UniqueConstraint(fields=["tenant", "user"], name="principal_unique_user"),
@@ -222,6 +230,8 @@ class AuditEvent(models.Model):
         indexes = [
             models.Index(fields=["tenant", "-at"], name="audit_tenant_at"),
             models.Index(fields=["tenant", "-id"], name="audit_tenant_id"),
+            # the distinct actions of a tenant (selectors_audit.known_actions: a skip scan)
+            models.Index(fields=["tenant", "action"], name="audit_tenant_action"),
             models.Index(
                 fields=["tenant", "id"],
                 name="audit_unsealed",

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from urllib.parse import urlencode
 
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connection
 from django.db.models import Q
 from pydantic import ValidationError
 
@@ -247,6 +248,27 @@ _ABSENT = object()
 
 # --- the /manage/audit/ page ---
 
+# One index probe per distinct action (index audit_tenant_action): the next action after the
+# last one, until none. SELECT DISTINCT read every entry of the tenant (5,000,000: 0.8 s).
+_KNOWN_ACTIONS = """
+WITH RECURSIVE known(action) AS (
+    SELECT MIN(action) FROM console_auditevent WHERE tenant_id = %(tenant)s
+    UNION ALL
+    SELECT (SELECT MIN(e.action) FROM console_auditevent e
+            WHERE e.tenant_id = %(tenant)s AND e.action > known.action)
+    FROM known WHERE known.action IS NOT NULL
+)
+SELECT action FROM known WHERE action IS NOT NULL
+"""
+
+
+def known_actions(*, tenant_id: int) -> list[str]:
+    """The distinct actions of the tenant's audit log, sorted (the filter's suggestions)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_KNOWN_ACTIONS, {"tenant": tenant_id})
+        return [action for (action,) in cursor.fetchall()]
+
+
 FORM_FIELDS = ("action", "actorId", "objectType", "objectId", "from", "to")
 
 
@@ -259,12 +281,7 @@ def audit_page_context(*, viewer, params: Mapping) -> dict:
         "typed": typed,
         "filtered": bool(kept),
         "retention_days": viewer.tenant.audit_retention_days,
-        "known_actions": list(
-            AuditEvent.objects.filter(tenant_id=viewer.tenant_id)
-            .order_by("action")
-            .values_list("action", flat=True)
-            .distinct()
-        ),
+        "known_actions": known_actions(tenant_id=viewer.tenant_id),
         "csv_url": "/api/v1/audit?" + urlencode({**kept, "format": "csv"}),
         "jsonl_url": "/api/v1/audit?" + urlencode({**kept, "format": "jsonl"}),
     }

@@ -97,3 +97,19 @@ def test_only_admins_see_the_page(client, lead_a):
     assert client.get("/manage/audit/verify/").status_code == 403
     client.logout()
     assert client.get("/manage/audit/").status_code == 302  # to sign-in
+
+
+def test_the_known_actions_are_the_tenants_distinct_actions_sorted(
+    admin_client, tenant_a, tenant_b
+):
+    from console.selectors_audit import known_actions
+
+    for n, action in enumerate(["budget.updated", "apikey.created", "budget.updated", "z.last"]):
+        put(tenant_a, n, action=action)
+    put(tenant_b, 1, action="only.in.b")
+    held = known_actions(tenant_id=tenant_a.pk)
+    assert held == sorted(set(held)) and {"apikey.created", "budget.updated", "z.last"} <= set(held)
+    assert "only.in.b" not in held
+    assert known_actions(tenant_id=0) == []
+    page = admin_client.get("/manage/audit/").content.decode()
+    assert '<option value="apikey.created">' in page and "only.in.b" not in page
