@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from fnmatch import fnmatchcase
 
-from django.db.models import Count, Q
+from django.db.models import Count, Prefetch, Q
 
 from approvals.models import Approval
 from console import access
@@ -86,7 +86,11 @@ def principals_filtered(
         qs = qs.filter(is_active=active)
     if reviewed is not None:
         qs = qs.filter(reviewed=reviewed)
-    qs = qs.select_related("user").prefetch_related("roles", "teams")
+    names = {  # the resource reads their names only
+        "roles": Prefetch("roles", queryset=Role.objects.only("name")),
+        "teams": Prefetch("teams", queryset=Team.objects.only("name")),
+    }
+    qs = qs.select_related("user").prefetch_related(names["roles"], names["teams"])
     return qs.distinct() if team or role else qs
 
 
