@@ -80,7 +80,7 @@ class ToolApprovalIn(In):
 class HandoffRecordIn(In):
     from_agent_id: WireId
     to_agent_id: WireId
-    step_number: StepNumber
+    step_number: Int32  # 0: a handoff before the first step (as v1 accepted); an integer column
 
 
 class VerdictEntryIn(In):
