@@ -67,7 +67,8 @@ def approval_decide(*, approval, viewer, decision, message=None, arguments=UNSET
     """
     access.may_decide(viewer, approval)
     _validate(approval, decision, message, arguments)
-    approvals_expire_due(approval_ids=[approval.pk])  # past expiry: it is expired, not open
+    if approval.expires_at <= timezone.now():  # past expiry: it is expired, not open
+        approvals_expire_due(approval_ids=[approval.pk])
     status, message, arguments = _outcome(approval, decision, message, arguments)
     key = viewer if isinstance(viewer, ApiKey) else None
     principal: Principal = viewer.principal if key else viewer
@@ -81,6 +82,8 @@ def approval_decide(*, approval, viewer, decision, message=None, arguments=UNSET
         action="approval.decided",
     )
     if not won:
+        # Decided meanwhile, or its expiry passed since it was read: expired, not open.
+        approvals_expire_due(approval_ids=[approval.pk])
         raise _conflict(approval)
     approval.refresh_from_db()
     return approval

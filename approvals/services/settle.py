@@ -9,7 +9,8 @@ the parked child's call are the same call and are settled together.
 """
 
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Max, Subquery, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
@@ -41,9 +42,17 @@ def _lock_runs(run_ids) -> None:
     list(Run.objects.select_for_update().filter(pk__in=sorted(set(run_ids))).values_list("pk"))
 
 
-def _next_decision_seq(run_id: int) -> int:
-    current = Approval.objects.filter(run_id=run_id).aggregate(m=Max("decision_seq"))["m"]
-    return (current or 0) + 1
+def _next_decision_seq(run_id: int):
+    """The run's next decision cursor, computed by the UPDATE that takes it (under the run's
+    lock, so gap-free): no read of its own before the write."""
+    top = (
+        Approval.objects.filter(run_id=run_id)
+        .order_by()
+        .values("run_id")
+        .annotate(m=Max("decision_seq"))
+        .values("m")
+    )
+    return Coalesce(Subquery(top), Value(0)) + 1
 
 
 def _settle_one(approval, *, status, message, arguments, principal, key, rule, now, action) -> bool:
@@ -65,6 +74,9 @@ def _settle_one(approval, *, status, message, arguments, principal, key, rule, n
         pending = pending.filter(expires_at__gt=now)  # never approve past expiry
     if pending.update(**fields) != 1:
         return False
+    # Published first: on commit, the waiting runtime's wake goes out before the audit chain
+    # is sealed (on_commit callbacks run in the order they were registered).
+    realtime.approvals_changed(run=approval.run, approval_ids=[approval.public_id], change=status)
     audit(
         tenant=approval.run.tenant,
         action=action,
@@ -82,8 +94,7 @@ def _settle_one(approval, *, status, message, arguments, principal, key, rule, n
             "argumentsEdited": arguments is not None and arguments != approval.arguments,
         },
     )
-    realtime.approvals_changed(run=approval.run, approval_ids=[approval.public_id], change=status)
-    webhooks_approval_decided(approval_id=approval.pk)
+    webhooks_approval_decided(approval_id=approval.pk, tenant_id=approval.tenant_id)
     return True
 
 

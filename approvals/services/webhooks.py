@@ -253,8 +253,9 @@ def _deliveries_create(*, hooks, event: str, payloads: list[dict]) -> list:
     return rows
 
 
-def _enqueue(*, tenant_id: int, event: str, approvals) -> int:
-    hooks = _subscribed(tenant_id=tenant_id, event=event)
+def _enqueue(*, tenant_id: int, event: str, approvals, hooks=None) -> int:
+    if hooks is None:
+        hooks = _subscribed(tenant_id=tenant_id, event=event)
     if not hooks:
         return 0
     costs = run_costs(runs=[a.run for a in approvals])
@@ -262,12 +263,18 @@ def _enqueue(*, tenant_id: int, event: str, approvals) -> int:
     return len(_deliveries_create(hooks=hooks, event=event, payloads=payloads))
 
 
-def webhooks_approval_decided(*, approval_id: int) -> int:
-    """Queue `approval.decided` (call inside the deciding transaction)."""
+def webhooks_approval_decided(*, approval_id: int, tenant_id: int) -> int:
+    """Queue `approval.decided` (call inside the deciding transaction). The decided approval
+    is read only when the tenant has an endpoint subscribed."""
+    hooks = _subscribed(tenant_id=tenant_id, event="approval.decided")
+    if not hooks:
+        return 0
     approval = Approval.objects.select_related("run", "decided_by", "decided_by_rule").get(
         pk=approval_id
     )
-    return _enqueue(tenant_id=approval.tenant_id, event="approval.decided", approvals=[approval])
+    return _enqueue(
+        tenant_id=tenant_id, event="approval.decided", approvals=[approval], hooks=hooks
+    )
 
 
 def webhooks_approval_requested(*, approvals) -> int:

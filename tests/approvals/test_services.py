@@ -84,6 +84,44 @@ def test_decisions_publish_on_commit(approval, reviewer_a, django_capture_on_com
     assert messages[0]["change"] == "approved"
 
 
+def test_the_runtimes_wake_goes_out_before_the_audit_chain_is_sealed(
+    approval, reviewer_a, django_capture_on_commit_callbacks
+):
+    # On commit the publish that wakes the runtime's long-poll runs first; sealing the audit
+    # entry into the tenant's chain (a short transaction of its own) comes after it.
+    from unittest import mock
+
+    from console.services import auditlog
+
+    order = []
+    real_seal = auditlog.audit_seal
+    with (
+        mock.patch("console.realtime._send", side_effect=lambda *a: order.append("publish")),
+        mock.patch.object(
+            auditlog,
+            "audit_seal",
+            side_effect=lambda **kw: order.append("seal") or real_seal(**kw),
+        ),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        approval_decide(approval=approval, viewer=reviewer_a, decision="deny")
+    assert order[0] == "publish" and "seal" in order
+    assert AuditEvent.objects.get(action="approval.decided").hash  # sealed all the same
+
+
+def test_a_call_whose_expiry_passes_after_it_was_read_is_expired_not_decided(approval, reviewer_a):
+    # Read while open (as the request did), then its expiry passes before the decision lands.
+    Approval.objects.filter(pk=approval.pk).update(
+        expires_at=timezone.now() - timezone.timedelta(seconds=1)
+    )
+    assert approval.expires_at > timezone.now()  # the stale copy still says open
+    with pytest.raises(Conflict) as err:
+        approval_decide(approval=approval, viewer=reviewer_a, decision="approve")
+    assert err.value.details == {"decidedBy": None, "status": "expired"}
+    assert Approval.objects.get(pk=approval.pk).status == ApprovalStatus.EXPIRED
+    assert not decisions_audited(approval).exists()
+
+
 def test_a_viewer_may_not_decide(approval, viewer_a):
     with pytest.raises(Forbidden):
         approval_decide(approval=approval, viewer=viewer_a, decision="approve")
