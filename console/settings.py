@@ -196,6 +196,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
+    "ninja",  # /api/v1/docs: ninja's own templates and bundled Swagger UI (no CDN)
     "django_htmx",
     "template_partials",
     "django_simple_bulma",
