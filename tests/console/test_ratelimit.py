@@ -153,6 +153,26 @@ def test_when_redis_answers_again_the_bucket_is_shared_again(prefix, caplog, mon
     assert "unreachable" in messages[0] and "shared through Redis again" in messages[1]
 
 
+def test_a_redis_that_never_answers_costs_one_short_wait_per_interval(caplog):
+    """The worst outage: the port accepts, nothing answers. The request waits the read timeout
+    (twice: one retry), then the local bucket answers; the next requests do not wait at all."""
+    caplog.set_level(logging.WARNING, logger="console.ratelimit")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # connections complete in the kernel's backlog; no reply ever comes
+        limiter = Limiter(f"redis://127.0.0.1:{silent.getsockname()[1]}/0", "gavel-silent")
+        started = time.monotonic()
+        assert limiter.take(1, **SLOW) == 0
+        first = time.monotonic() - started
+        started = time.monotonic()
+        assert allowed([limiter], 9, key_id=1) == 4  # the rest of the local burst of 5
+        rest = time.monotonic() - started
+        limiter.shared.client.close()
+    assert 2 * ratelimit.TIMEOUT_SECONDS <= first < 2 * ratelimit.TIMEOUT_SECONDS + 0.5
+    assert rest < 0.1
+    assert "TimeoutError" in caplog.records[0].getMessage()
+
+
 def test_reset_with_redis_down_does_not_raise(dead_redis_url):
     limiter = Limiter(dead_redis_url, "gavel-down")
     limiter.reset()
