@@ -75,10 +75,11 @@ def test_two_processes_sharing_redis_give_a_key_its_rate_once(prefix):
 @needs_redis
 def test_the_shared_bucket_refills_at_the_rate_and_says_when(prefix):
     one, two = Limiter(REDIS_URL, prefix), Limiter(REDIS_URL, prefix)
-    rate = {"per_minute": 600, "burst": 2}  # one token every 100 ms
+    rate = {"per_minute": 60, "burst": 2}  # one token a second
+    started = time.monotonic()
     assert one.take(1, **rate) == 0 and two.take(1, **rate) == 0
     wait = one.take(1, **rate)
-    assert 0.05 < wait <= 0.1
+    assert 1.0 - (time.monotonic() - started) - 0.01 <= wait <= 1.0
     assert two.take(1, **rate) > 0
     time.sleep(wait + 0.01)
     assert two.take(1, **rate) == 0  # one token came back, for either process
@@ -168,8 +169,8 @@ def test_a_redis_that_never_answers_costs_one_short_wait_per_interval(caplog):
         assert allowed([limiter], 9, key_id=1) == 4  # the rest of the local burst of 5
         rest = time.monotonic() - started
         limiter.shared.client.close()
-    assert 2 * ratelimit.TIMEOUT_SECONDS <= first < 2 * ratelimit.TIMEOUT_SECONDS + 0.5
-    assert rest < 0.1
+    assert 2 * ratelimit.TIMEOUT_SECONDS <= first < 2 * ratelimit.TIMEOUT_SECONDS + 1.5
+    assert rest < ratelimit.TIMEOUT_SECONDS  # not even one more timeout for the next nine
     assert "TimeoutError" in caplog.records[0].getMessage()
 
 
