@@ -33,7 +33,7 @@ def prefix():
     yield name
     if REDIS_URL:
         client = redis.Redis.from_url(REDIS_URL)
-        for key in client.scan_iter(match=f"{name}:*"):
+        for key in client.scan_iter(match=f"{name}*"):  # with "{name}-other"
             client.delete(key)
         client.close()
 
