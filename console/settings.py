@@ -196,6 +196,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
+    "ninja",  # /api/v1/docs: ninja's own templates and bundled Swagger UI (no CDN)
     "django_htmx",
     "template_partials",
     "django_simple_bulma",
@@ -245,14 +246,17 @@ TEMPLATES = [
 DATABASES = {"default": env_database("DATABASE_URL")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Redis (optional): the channel layer between processes, and the API keys' shared rate limits
+# (console/ratelimit.py). REDIS_PREFIX keeps two consoles on one Redis apart.
 REDIS_URL = os.environ.get("REDIS_URL", "").strip()
+REDIS_PREFIX = os.environ.get("REDIS_PREFIX", "").strip() or "gavel"
 if REDIS_URL:
     if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
         raise ImproperlyConfigured("REDIS_URL must be a redis://, rediss:// or unix:// URL")
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": os.environ.get("REDIS_PREFIX", "gavel")},
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": REDIS_PREFIX},
         }
     }
 else:
