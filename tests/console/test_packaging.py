@@ -24,3 +24,11 @@ def test_the_licence_is_an_spdx_expression_built_by_a_setuptools_that_knows_it(p
     ]
     assert not setuptools.specifier.contains("76.1.0")
     assert setuptools.specifier.contains("77.0.3")
+
+
+@pytest.mark.parametrize("package", [".", "sdk"])
+def test_the_licence_text_ships_with_each_package(package):
+    data = tomllib.loads((ROOT / package / "pyproject.toml").read_text())
+    files = data["project"]["license-files"]
+    texts = [(ROOT / package / name).read_text() for name in files]
+    assert any("Apache License" in t and "Version 2.0, January 2004" in t for t in texts)
