@@ -167,11 +167,13 @@ def scim_user_delete(*, principal: Principal, key) -> Principal:
 def _member_ids(*, tenant_id: int, group: ScimGroup) -> list[str]:
     """The members a group names; one SCIM deleted is unknown to SCIM (400 invalidValue)."""
     wanted = list(dict.fromkeys(m.value for m in group.members or [] if m.value))
-    hidden = Principal.objects.filter(
-        tenant_id=tenant_id, external_id__in=wanted, scim_deleted_at__isnull=False
-    ).values_list("external_id", flat=True)
+    hidden = set(
+        Principal.objects.filter(
+            tenant_id=tenant_id, external_id__in=wanted, scim_deleted_at__isnull=False
+        ).values_list("external_id", flat=True)
+    )
     for n, principal_id in enumerate(wanted):
-        if principal_id in set(hidden):
+        if principal_id in hidden:
             raise Invalid(f"members.{n}: no user '{principal_id}'", code="validation_error")
     return wanted
 
