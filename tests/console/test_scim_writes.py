@@ -230,9 +230,16 @@ def test_attributes_not_served_are_ignored_and_given_and_family_names_compose_th
 def test_display_name_and_name_formatted_are_the_one_name(scim_a, reviewer_a):
     path = f"/Users/{reviewer_a.external_id}"
     ops = _patch({"op": "replace", "path": "name.formatted", "value": "Grace Hopper"})
-    response = scim_a.send("patch", path, ops)
+    response = scim_a.send("patch", f"{path}?attributes=displayName", ops)
     assert response.status_code == 200, response.content
-    assert response.json()["displayName"] == "Grace Hopper"
+    assert response.json() == {
+        "schemas": [USER],
+        "id": reviewer_a.external_id,
+        "displayName": "Grace Hopper",
+    }
+    put = _user(reviewer_a.external_id, displayName="Grace Hopper", active=True)
+    response = scim_a.send("put", f"{path}?excludedAttributes=name,meta,groups", put)
+    assert set(response.json()) == {"schemas", "id", "userName", "displayName", "active"}
     response = scim_a.send("patch", path, _patch({"op": "remove", "path": "displayName"}))
     assert "name" not in response.json() and "displayName" not in response.json()
     reviewer_a.refresh_from_db()
