@@ -433,6 +433,47 @@ def directory_for(*, viewer: Viewer, kind: str, name: str):
     return found
 
 
+# --- SCIM (a `scim` key, bound to no principal): its tenant's directory ---
+
+
+def scim_users(*, key: ApiKey) -> QuerySet:
+    """The principals a `scim` key provisions: its tenant's, but those SCIM deleted (kept,
+    deactivated, but answered 404 and listed nowhere by SCIM)."""
+    require_scope(key, "scim")
+    return Principal.objects.filter(tenant_id=key.tenant_id, scim_deleted_at__isnull=True)
+
+
+def scim_user(*, key: ApiKey, user_id: str) -> Principal:
+    """One of them: another tenant's, a SCIM-deleted or a missing one is NotFound alike."""
+    principal = scim_users(key=key).filter(external_id=user_id).first()
+    if principal is None:
+        raise NotFound(f"no user '{user_id}'", code="principal_not_found")
+    return principal
+
+
+def scim_deleted_user(*, key: ApiKey, user_name: str) -> Principal | None:
+    """The principal of this id that SCIM deleted in the key's tenant (a POST of its
+    userName brings it back), or None."""
+    require_scope(key, "scim")
+    return Principal.objects.filter(
+        tenant_id=key.tenant_id, external_id=user_name, scim_deleted_at__isnull=False
+    ).first()
+
+
+def scim_groups(*, key: ApiKey) -> QuerySet:
+    """The teams a `scim` key provisions: its tenant's."""
+    require_scope(key, "scim")
+    return Team.objects.filter(tenant_id=key.tenant_id)
+
+
+def scim_group(*, key: ApiKey, group_id: str) -> Team:
+    """One of them: another tenant's or a missing one is NotFound alike."""
+    team = scim_groups(key=key).filter(name=group_id).first()
+    if team is None:
+        raise NotFound(f"no group '{group_id}'", code="team_not_found")
+    return team
+
+
 def keys_of(*, viewer: Viewer) -> QuerySet:
     """The tenant's API keys (revoked and expired ones too), for an admin."""
     require_capability(viewer, "admin")

@@ -53,6 +53,8 @@ class Team(models.Model):
     name = models.CharField(max_length=100)
     # Leads are members too (Principal.teams); they hear of escalations and team budgets.
     leads = models.ManyToManyField("Principal", blank=True, related_name="led_teams")
+    # SCIM's `externalId`: the provisioning client's own identifier for the group.
+    scim_external_id = models.CharField(max_length=255, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -100,6 +102,11 @@ class Principal(models.Model):
     is_active = models.BooleanField(default=True)
     # False for principals registered on first sight by a runtime, until an admin reviews them.
     reviewed = models.BooleanField(default=True)
+    # SCIM's `externalId`: the provisioning client's own identifier for the user.
+    scim_external_id = models.CharField(max_length=255, blank=True, default="")
+    # Set by SCIM's DELETE: the principal is kept (deactivated; history names it) but SCIM
+    # answers 404 for it and lists it nowhere, until a POST of its userName brings it back.
+    scim_deleted_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
