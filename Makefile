@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test fuzz lint format bench migrate clean
+.PHONY: install run test fuzz lint format bench bench-quick migrate clean
 
 $(STAMP): pyproject.toml sdk/pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) is required (set PYTHON=...)"; exit 1; }
@@ -46,8 +46,20 @@ format: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# Benchmarks against real daphnes on PostgreSQL + Redis (the loopback ones unless DATABASE_URL /
+# REDIS_URL say otherwise; each benchmark database is created when missing). `make bench`
+# rewrites the summary in docs/benchmarks.md; `make bench-quick` (CI) runs every benchmark at
+# small sizes to prove it still works, and writes nothing. BENCH=name runs one.
+BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/gavel_bench
+BENCH_REDIS_URL ?= redis://127.0.0.1:6379/0
 bench: install
-	DEBUG=$${DEBUG-1} $(PY) -m bench
+	DATABASE_URL=$${DATABASE_URL-$(BENCH_DATABASE_URL)} REDIS_URL=$${REDIS_URL-$(BENCH_REDIS_URL)} \
+	  REDIS_PREFIX=$${REDIS_PREFIX-gavel-bench} $(PY) -m bench $(BENCH)
+
+bench-quick: install
+	DATABASE_URL=$${BENCH_QUICK_DATABASE_URL-postgres://postgres@127.0.0.1:5432/gavel_bench_quick} \
+	  REDIS_URL=$${REDIS_URL-$(BENCH_REDIS_URL)} REDIS_PREFIX=gavel-bench-quick-$$$$ \
+	  $(PY) -m bench --quick $(BENCH)
 
 clean:
 	rm -rf $(VENV) var build .pytest_cache .ruff_cache

@@ -23,7 +23,23 @@ def database_url() -> str:
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith(("postgres://", "postgresql://")):
         sys.exit("benchmarks need PostgreSQL: set DATABASE_URL=postgres://...")
+    ensure_database(url)
     return url
+
+
+def ensure_database(url: str) -> None:
+    """Create the database `url` names when it does not exist yet (benchmarks keep their data
+    in databases of their own)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def server_env(**extra) -> dict:
@@ -56,16 +72,42 @@ def manage(*args: str, env: dict | None = None) -> str:
     return done.stdout
 
 
+def manage_batch(*commands: tuple[str, ...], env: dict | None = None) -> list[str]:
+    """Several management commands in one Django process (each `manage.py` start costs ~3 s
+    here); returns each one's output. Arguments are given as on the command line."""
+    import json
+
+    script = (
+        "import io, json\n"
+        "from django.core.management import call_command\n"
+        "outs = []\n"
+        f"for args in json.loads({json.dumps(json.dumps(commands))}):\n"
+        "    buf = io.StringIO()\n"
+        "    call_command(*args, stdout=buf)\n"
+        "    outs.append(buf.getvalue())\n"
+        "print('BENCH-OUTPUTS' + json.dumps(outs))\n"
+    )
+    out = manage("shell", "-c", script, env=env)
+    return json.loads(out.rsplit("BENCH-OUTPUTS", 1)[1])
+
+
 def migrate() -> None:
     manage("migrate", "--verbosity", "0")
 
 
-def provision(*, scopes: str = "ingest", tenant: str | None = None) -> tuple[str, str]:
-    """A fresh tenant and an API key for it: (slug, raw key)."""
+def provision(
+    *, scopes: str = "ingest", tenant: str | None = None, then: tuple = ()
+) -> tuple[str, str]:
+    """A fresh tenant and an API key for it: (slug, raw key). `then`: more management commands
+    to run in the same process, each a tuple of arguments where "{slug}" is the tenant."""
     slug = tenant or f"bench-{secrets.token_hex(4)}"
-    manage("create_tenant", slug, "--name", f"Benchmark {slug}")
-    out = manage("create_api_key", "--tenant", slug, "--name", "bench", "--scope", scopes)
-    return slug, out.strip().splitlines()[-1].strip()
+    more = tuple(tuple(a.replace("{slug}", slug) for a in command) for command in then)
+    outs = manage_batch(
+        ("create_tenant", slug, "--name", f"Benchmark {slug}"),
+        ("create_api_key", "--tenant", slug, "--name", "bench", "--scope", scopes),
+        *more,
+    )
+    return slug, outs[1].strip().splitlines()[-1].strip()
 
 
 def free_port() -> int:
@@ -166,3 +208,45 @@ def _comm(pid: str) -> str:
             return comm.read().strip()
     except OSError:
         return ""
+
+
+# --- sizes (full or --quick) and the figures each benchmark reports ---
+
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+
+
+def size(env: str, full, quick):
+    """A benchmark's knob: the environment's value when set, else the full run's default, or
+    the quick one under `python -m bench --quick` (BENCH_QUICK=1: small enough for CI to prove
+    the benchmark still works; its figures are not the ones the targets are about)."""
+    value = os.environ.get(env)
+    default = quick if QUICK else full
+    return default if value is None else type(default)(value)
+
+
+def record(
+    bench: str,
+    figure: str,
+    value: str,
+    *,
+    baseline: str = "—",
+    ratio: float | None = None,
+    target: str = "—",
+    met: bool | None = None,
+) -> None:
+    """One row of the summary `python -m bench` prints and writes into docs/benchmarks.md:
+    a figure, its same-run baseline, their ratio, the target and whether it was met. Rows go
+    to the file named by BENCH_RESULTS (JSON lines; a benchmark's child process inherits it),
+    and are printed."""
+    row = {"bench": bench, "figure": figure, "value": value, "baseline": baseline,
+           "ratio": ratio, "target": target, "met": met}  # fmt: skip
+    print(f"  [figure] {bench}: {figure} = {value} (baseline {baseline}"
+          + (f", ratio {ratio:.2f}" if ratio is not None else "")
+          + (f"; target {target}: {'met' if met else 'MISSED'}" if met is not None else "")
+          + ")", flush=True)  # fmt: skip
+    path = os.environ.get("BENCH_RESULTS")
+    if path:
+        import json
+
+        with open(path, "a") as out:
+            out.write(json.dumps(row) + "\n")

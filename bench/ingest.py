@@ -279,12 +279,12 @@ def main() -> None:
 
 def plain_main() -> None:
     dsn = _support.database_url()
-    runs = int(os.environ.get("BENCH_RUNS", 16))
-    batches = int(os.environ.get("BENCH_BATCHES", 4))
-    clients = int(os.environ.get("BENCH_CLIENTS", 4))
-    rounds = int(os.environ.get("BENCH_ROUNDS", 5))
+    runs = _support.size("BENCH_RUNS", 16, 4)
+    batches = _support.size("BENCH_BATCHES", 4, 1)
+    clients = _support.size("BENCH_CLIENTS", 4, 2)
+    rounds = _support.size("BENCH_ROUNDS", 5, 1)
     # One daphne process per core, as a deployment runs them (BENCH_SERVERS=1: one only).
-    servers = int(os.environ.get("BENCH_SERVERS", os.cpu_count() or 1))
+    servers = _support.size("BENCH_SERVERS", os.cpu_count() or 1, 1)
     _support.migrate()
     _, key = _support.provision(scopes="ingest")
     print(
@@ -320,6 +320,15 @@ def plain_main() -> None:
     n = _support.median(naive)
     print(
         f"  for scale: psycopg execute per row (median) {n:,.0f} rows/s, console/that {c / n:.2f}"
+    )
+    _support.record(
+        "ingest",
+        f"500-event batches over HTTP, {clients} clients, {servers} daphne(s)",
+        f"{c:,.0f} events/s",
+        baseline=f"psycopg executemany of the same RunEvent rows {b:,.0f} rows/s",
+        ratio=c / b,
+        target="ratio ≥ 1.0",
+        met=c / b >= 1.0,
     )
     print(
         _cpu_line(
@@ -379,11 +388,15 @@ def bench_rules(count: int, *, deciding: bool) -> list[dict]:
 def rules_tenant(base: str, rules: list[dict]) -> str:
     """A fresh tenant with these rules (made through the API by a lead's manage key); returns
     its ingest key."""
-    slug, key = _support.provision(scopes="ingest")
-    _support.manage("create_principal", "--tenant", slug, "bench-lead", "--role", "lead")
-    out = _support.manage("create_api_key", "--tenant", slug, "--name", "rules",
-                          "--scope", "manage", "--principal", "bench-lead")  # fmt: skip
-    manage_key = out.strip().splitlines()[-1].strip()
+    slug = f"bench-{secrets.token_hex(4)}"
+    outs = _support.manage_batch(
+        ("create_tenant", slug),
+        ("create_api_key", "--tenant", slug, "--name", "bench", "--scope", "ingest"),
+        ("create_principal", "--tenant", slug, "bench-lead", "--role", "lead"),
+        ("create_api_key", "--tenant", slug, "--name", "rules", "--scope", "manage",
+         "--principal", "bench-lead"),
+    )  # fmt: skip
+    key, manage_key = (outs[i].strip().splitlines()[-1].strip() for i in (1, 3))
     headers = {"Authorization": f"Bearer {manage_key}"}
     with httpx.Client(base_url=base, headers=headers, timeout=60) as client:
         for body in rules:
@@ -395,12 +408,12 @@ def rules_tenant(base: str, rules: list[dict]) -> str:
 
 def rules_main() -> None:
     _support.database_url()
-    runs = int(os.environ.get("BENCH_RUNS", 16))
-    batches = int(os.environ.get("BENCH_BATCHES", 4))
-    clients = int(os.environ.get("BENCH_CLIENTS", 4))
-    rounds = int(os.environ.get("BENCH_ROUNDS", 5))
-    servers = int(os.environ.get("BENCH_SERVERS", os.cpu_count() or 1))
-    count = int(os.environ.get("BENCH_RULES", 500))
+    runs = _support.size("BENCH_RUNS", 16, 4)
+    batches = _support.size("BENCH_BATCHES", 4, 1)
+    clients = _support.size("BENCH_CLIENTS", 4, 2)
+    rounds = _support.size("BENCH_ROUNDS", 5, 1)
+    servers = _support.size("BENCH_SERVERS", os.cpu_count() or 1, 1)
+    count = _support.size("BENCH_RULES", 500, 20)
     _support.migrate()
     print(
         f"ingest with rules: {rounds} rounds of {runs} runs x {batches} batches x {BATCH} events "
@@ -432,6 +445,15 @@ def rules_main() -> None:
     print(f"ingest approval.requested, no rules (median): {n:,.0f} events/s")
     print(f"ingest approval.requested, {count} active rules (median): {r:,.0f} events/s")
     print(f"ingest ratio {count} rules/no rules: {r / n:.2f} (target >= 0.8)")
+    _support.record(
+        "ingest",
+        f"approval.requested batches with {count} active rules deciding nothing",
+        f"{r:,.0f} events/s",
+        baseline=f"no rules {n:,.0f} events/s",
+        ratio=r / n,
+        target="ratio ≥ 0.8",
+        met=r / n >= 0.8,
+    )
     print(
         f"  for scale: {count} rules deciding half the calls (median) {d:,.0f} events/s, "
         f"{d / n:.2f}x no rules (each decided call is settled and audited like a person's)"

@@ -22,9 +22,9 @@ from websockets.exceptions import InvalidHandshake, InvalidMessage
 
 from bench import _support as support
 
-TRIALS = int(os.environ.get("BENCH_LIVE_TRIALS", "200"))
-CLIENTS = int(os.environ.get("BENCH_LIVE_CLIENTS", "1000"))
-IDLE_SECONDS = 10.0
+TRIALS = support.size("BENCH_LIVE_TRIALS", 200, 20)
+CLIENTS = support.size("BENCH_LIVE_CLIENTS", 1000, 50)
+IDLE_SECONDS = support.size("BENCH_LIVE_IDLE_SECONDS", 10.0, 2.0)
 PASSWORD = "bench-pass-123"
 TOOL = re.compile(r'class="tool-name">(bench_tool_\d+)<')
 
@@ -170,11 +170,12 @@ async def measure(base: str, key: str, cookie: str, pid: int) -> dict:
 def main() -> None:
     support.database_url()
     support.migrate()
-    slug, key = support.provision(scopes="ingest")
+    slug, key = support.provision(
+        scopes="ingest",
+        then=[("create_principal", "--tenant", "{slug}", "reviewer-{slug}@bench.example",
+               "--password", PASSWORD, "--role", "reviewer")],
+    )  # fmt: skip
     reviewer = f"reviewer-{slug}@bench.example"
-    support.manage(
-        "create_principal", "--tenant", slug, reviewer, "--password", PASSWORD, "--role", "reviewer"
-    )
     env = support.server_env(SESSION_COOKIE_SECURE="0", CSRF_COOKIE_SECURE="0")
     layer = "Redis pub/sub" if os.environ.get("REDIS_URL") else "in-memory"
     with support.daphne(env) as base:
@@ -192,3 +193,31 @@ def main() -> None:
           f"max {max(r['delivered_after_return']) * 1000:.1f} ms")  # fmt: skip
     print(f"(b) {CLIENTS} idle sockets: daphne CPU {r['idle_cpu']:.2f} % over {IDLE_SECONDS:.0f} s "
           f"(connecting them took {r['connect_s']:.1f} s)")  # fmt: skip
+    p50, p99 = pct(r["round_trip"], 0.5) * 1000, pct(r["round_trip"], 0.99) * 1000
+    b50, b99 = pct(r["bare"], 0.5) * 1000, pct(r["bare"], 0.99) * 1000
+    bare = f"bare WebSocket echo {b50:.1f} / {b99:.1f} ms"
+    support.record(
+        "live",
+        f"(a) approval.requested POST sent → card on a live socket p50 / p99 ({layer})",
+        f"{p50:.1f} / {p99:.1f} ms",
+        baseline=bare,
+        ratio=pct(r["round_trip"], 0.5) / pct(r["bare"], 0.5),
+        target="p50 ≤ 10 ms",
+        met=p50 <= 10,
+    )
+    f50, f99 = pct(r["delivered"], 0.5) * 1000, pct(r["delivered"], 0.99) * 1000
+    support.record(
+        "live",
+        f"(b) one event → each of {CLIENTS} sockets on one run, from the POST sent, p50 / p99",
+        f"{f50:.0f} / {f99:.0f} ms",
+        baseline=bare,
+        target="p99 ≤ 250 ms",
+        met=f99 <= 250,
+    )
+    support.record(
+        "live",
+        f"(b) {CLIENTS} idle sockets: daphne CPU",
+        f"{r['idle_cpu']:.2f} % of a CPU",
+        target="< 5 %",
+        met=r["idle_cpu"] < 5,
+    )
