@@ -179,9 +179,12 @@ class StrictJSONParser(Parser):
 api = GavelAPI(
     parser=StrictJSONParser(),
     title="Gavel API",
-    version="1",
-    description="The wire contract agent runtimes use: runs, events, states, outcomes, "
-    "approvals and decisions. See docs/api.md.",
+    version="1.1",
+    description="Gavel's wire contract (v1.1): what agent runtimes use (runs, events, states, "
+    "outcomes, approvals, decisions, the budget check), what reviewers, leads and admins use "
+    "(usage, budgets, rules, notifications, principals, roles, teams, keys, webhooks, tenant "
+    "settings, single sign-on, the audit log). Authorize with an API key (`Bearer`). "
+    "See docs/api.md.",
     urls_namespace="api",
     docs_url="/docs",
 )
