@@ -8,12 +8,22 @@ class NotificationsConfig(AppConfig):
         from console import outbox
         from notifications import calls, mail
 
-        # Before the mail: a batch or a digest it turns into mail is sent in the same round.
+        # Mail is the sweep's alone (console/outbox.py): never a server process's work. The
+        # call sender before the mail sender: a batch or a digest it turns into mail is sent in
+        # the same round.
         outbox.register(
             outbox.Sender(
-                name="call mail", run_due=calls.calls_run_due, next_due=calls.calls_next_due
+                name="call mail",
+                run_due=calls.calls_run_due,
+                next_due=calls.calls_next_due,
+                sweep_only=True,
             )
         )
         outbox.register(
-            outbox.Sender(name="emails", run_due=mail.emails_run_due, next_due=mail.email_next_due)
+            outbox.Sender(
+                name="emails",
+                run_due=mail.emails_run_due,
+                next_due=mail.email_next_due,
+                sweep_only=True,
+            )
         )
