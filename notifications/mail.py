@@ -95,7 +95,7 @@ def _record(email: OutboundEmail, error: str, now) -> None:
     OutboundEmail.objects.filter(pk=email.pk).update(**fields)
 
 
-def emails_run_due(*, now=None, limit: int = 50) -> int:
+def emails_run_due(*, now=None, limit: int = 200) -> int:
     """Attempt every due mail once (one connection for the round, opened anew only after a
     failure). Returns how many were attempted."""
     now = now or timezone.now()
