@@ -40,6 +40,7 @@ from bench.live import PASSWORD, admit, ms, pct, sign_in, socket
 
 TRIALS = int(os.environ.get("BENCH_NOTIFY_TRIALS", "100"))
 BATCH_EVERY = float(os.environ.get("BENCH_NOTIFY_BATCH_EVERY", "1.0"))
+SWEEP_NICE = int(os.environ.get("BENCH_NOTIFY_SWEEP_NICE", "0"))  # the sweep's niceness
 BATCH = 500
 RECIPIENTS = 50
 WARMUP_S = 2.0  # the background runs this long before the first trial
@@ -128,9 +129,11 @@ def smtp_server():
 
 @contextlib.contextmanager
 def sweep(env: dict):
-    """The sweep process beside daphne (what sends the mail); stopped at the end."""
+    """The sweep process beside daphne (what sends the mail), at BENCH_NOTIFY_SWEEP_NICE
+    niceness (default 0: the same priority as daphne); stopped at the end."""
+    nice = ["nice", "-n", str(SWEEP_NICE)] if SWEEP_NICE else []
     proc = subprocess.Popen(
-        [support.PYTHON, "manage.py", "expire_approvals", "--loop"],
+        [*nice, support.PYTHON, "manage.py", "expire_approvals", "--loop"],
         cwd=support.ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -265,8 +268,9 @@ def main() -> None:
             results[email] = condition(email, env)
     now, off = results["now"], results["off"]
     layer = "Redis pub/sub" if os.environ.get("REDIS_URL") else "in-memory"
-    print(f"channel layer: {layer}; mail: aiosmtpd (Sink) at {email_url}; load average "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
+    print(f"channel layer: {layer}; mail: aiosmtpd (Sink) at {email_url}; sweep niceness "
+          f"{SWEEP_NICE}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+          )  # fmt: skip
     print(f"{TRIALS} trials per condition: one held call in a fresh run, its page's socket; "
           f"beside {BATCH}-call batches every {BATCH_EVERY:g} s")  # fmt: skip
     for label, r in (("50 'now'", now), ("'off'   ", off)):

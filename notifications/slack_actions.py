@@ -111,7 +111,7 @@ def _decide(approval: Approval, payload: dict, decision: str) -> SlackAnswer:
     if refusal:
         return _ephemeral(f"Not decided: {refusal}.")
     try:
-        approval_decide(approval=approval, viewer=principal, decision=decision)
+        approval_decide(approval=approval, viewer=principal, decision=decision, via="slack")
     except Conflict:
         return _outcome(approval, run_for)  # decided already: the message shows by whom
     except Forbidden as exc:

@@ -79,7 +79,14 @@ def test_a_signed_press_approves_as_the_mapped_principal_and_replaces_the_messag
     assert kinds == ["open_open_in_gavel"]  # the decision buttons are gone
     held.refresh_from_db()
     assert held.status == ApprovalStatus.APPROVED and held.decided_by == reviewer_a
-    assert AuditEvent.objects.filter(action="approval.decided").count() == 1
+    entry = AuditEvent.objects.get(action="approval.decided")
+    assert entry.actor_principal == reviewer_a and entry.data["via"] == "slack"  # from Slack
+
+
+def test_a_decision_in_the_console_or_the_api_names_no_via(decide_a, held):
+    response = decide_a.post(f"/api/v1/approvals/{held.public_id}/decision", {"decision": "deny"})
+    assert response.status_code == 200
+    assert "via" not in AuditEvent.objects.get(action="approval.decided").data
 
 
 def test_a_replayed_press_changes_nothing(client, held):
