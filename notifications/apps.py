@@ -6,7 +6,7 @@ class NotificationsConfig(AppConfig):
 
     def ready(self):
         from console import outbox
-        from notifications import calls, mail
+        from notifications import calls, mail, slack_responses
 
         # Mail is the sweep's alone (console/outbox.py): never a server process's work. The
         # call sender before the mail sender: a batch or a digest it turns into mail is sent in
@@ -25,5 +25,12 @@ class NotificationsConfig(AppConfig):
                 run_due=mail.emails_run_due,
                 next_due=mail.email_next_due,
                 sweep_only=True,
+            )
+        )
+        outbox.register(
+            outbox.Sender(
+                name="slack responses",
+                run_due=slack_responses.slack_responses_run_due,
+                next_due=slack_responses.slack_response_next_due,
             )
         )
