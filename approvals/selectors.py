@@ -166,7 +166,7 @@ def inbox_shown(*, viewer, approvals: list[Approval]) -> list[Approval]:
     without the decide capability sees every pending call, read-only)."""
     if not access.can(viewer, "decide"):
         return approvals
-    return [a for a in approvals if access.decide_refusal(viewer, a) is None]
+    return access.decidable(viewer, approvals)
 
 
 def inbox_filtered(qs, filters: dict):
@@ -265,7 +265,7 @@ def step_pending_for(*, viewer, run, step) -> list[Approval]:
     """The step's pending calls this viewer may decide (for a bulk decision)."""
     qs = pending_calls(access.approvals_visible_to(viewer=viewer)).filter(run=run, step=step)
     rows = list(qs.select_related(*CARD_RELATED).order_by("position", "id"))
-    return [a for a in rows if access.decide_refusal(viewer, a) is None]
+    return access.decidable(viewer, rows)
 
 
 def approvals_reloaded(*, approvals) -> list[Approval]:

@@ -6,10 +6,14 @@ rows that are due once each (claimed with a conditional UPDATE, a lease, so two 
 send one attempt twice) and `next_due()` says when the soonest pending one is due. Senders
 register in their app's `ready()`.
 
-Two things run them: one daemon thread per process, woken on commit by `kick()` (so a request
-never waits on an endpoint or a mail server), and the sweep `manage.py expire_approvals
---loop`, which sends what is due after a crash or a restart. A crash between commit and send
-therefore loses nothing: the rows say what is left to do.
+Two things run them. The sweep `manage.py expire_approvals --loop` (its own process) runs every
+sender. One daemon thread per server process, woken on commit by `kick()`, runs the senders that
+are not `sweep_only` (webhook deliveries: so a request never waits on an endpoint, and a
+delivery leaves at once). Mail is `sweep_only`: expanding a batch of new calls into mails,
+rendering and SMTP are CPU and GIL the server's event loop needs, so a server process does no
+mail work at all; the sweep polls for it (every `--interval`, default 1 s). Without a running
+sweep mail is written and stays pending (nothing is lost; it leaves when a sweep starts). A
+crash between commit and send loses nothing either way: the rows say what is left to do.
 
 Retries share one schedule: after attempts 1..5 wait 5 s, 30 s, 2 min, 10 min, 1 h; the 6th
 failure is final (`failed`).
@@ -47,6 +51,8 @@ class Sender:
     name: str  # what the sweep reports: "webhook deliveries", "emails"
     run_due: Callable[..., int]
     next_due: Callable[[], datetime | None]
+    # Only the sweep process runs it, never a server's outbox thread (mail: see above).
+    sweep_only: bool = False
 
 
 SENDERS: dict[str, Sender] = {}
@@ -56,13 +62,19 @@ def register(sender: Sender) -> None:
     SENDERS[sender.name] = sender
 
 
-def run_due(*, now: datetime | None = None) -> dict[str, int]:
-    """Attempt every due row of every outbox once. Returns how many each attempted."""
-    return {name: sender.run_due(now=now) for name, sender in SENDERS.items()}
+def _senders(*, in_server: bool) -> list[Sender]:
+    return [s for s in SENDERS.values() if not (in_server and s.sweep_only)]
+
+
+def run_due(*, now: datetime | None = None, in_server: bool = False) -> dict[str, int]:
+    """Attempt every due row of every outbox once (`in_server`: only those a server's thread
+    runs). Returns how many each attempted."""
+    return {s.name: s.run_due(now=now) for s in _senders(in_server=in_server)}
 
 
 def _seconds_to_next_due() -> float:
-    soonest = [due for sender in SENDERS.values() if (due := sender.next_due()) is not None]
+    senders = _senders(in_server=True)
+    soonest = [due for sender in senders if (due := sender.next_due()) is not None]
     if not soonest:
         return IDLE_SECONDS
     return min(IDLE_SECONDS, max(0.0, (min(soonest) - timezone.now()).total_seconds()))
@@ -78,7 +90,7 @@ def _worker_loop() -> None:
     while not _stop.is_set():
         _wake.clear()
         try:
-            run_due()
+            run_due(in_server=True)
             wait = _seconds_to_next_due()
         except Exception:  # keep the worker alive: the rows say what is left to do
             log.exception("outbox worker iteration failed")

@@ -317,6 +317,9 @@ SERVER_EMAIL = DEFAULT_FROM_EMAIL
 GAVEL_PUBLIC_URL = env_public_url("GAVEL_PUBLIC_URL")
 # Development and tests only: also accept http:// webhook URLs.
 GAVEL_WEBHOOK_ALLOW_HTTP = env_bool("GAVEL_WEBHOOK_ALLOW_HTTP", False)
+# Where Slack's `response_url` of a button press may point (the updated message is POSTed
+# there): Slack's own host; tests point it at a local server.
+GAVEL_SLACK_RESPONSE_URL_PREFIX = "https://hooks.slack.com/"
 # Development and tests only: also accept an http:// OpenID Connect issuer.
 GAVEL_OIDC_ALLOW_HTTP = env_bool("GAVEL_OIDC_ALLOW_HTTP", False)
 # The key that encrypts stored secrets (a tenant's OIDC client secret): a Fernet key

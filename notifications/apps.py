@@ -6,14 +6,31 @@ class NotificationsConfig(AppConfig):
 
     def ready(self):
         from console import outbox
-        from notifications import calls, mail
+        from notifications import calls, mail, slack_responses
 
-        # Before the mail: a batch or a digest it turns into mail is sent in the same round.
+        # Mail is the sweep's alone (console/outbox.py): never a server process's work. The
+        # call sender before the mail sender: a batch or a digest it turns into mail is sent in
+        # the same round.
         outbox.register(
             outbox.Sender(
-                name="call mail", run_due=calls.calls_run_due, next_due=calls.calls_next_due
+                name="call mail",
+                run_due=calls.calls_run_due,
+                next_due=calls.calls_next_due,
+                sweep_only=True,
             )
         )
         outbox.register(
-            outbox.Sender(name="emails", run_due=mail.emails_run_due, next_due=mail.email_next_due)
+            outbox.Sender(
+                name="emails",
+                run_due=mail.emails_run_due,
+                next_due=mail.email_next_due,
+                sweep_only=True,
+            )
+        )
+        outbox.register(
+            outbox.Sender(
+                name="slack responses",
+                run_due=slack_responses.slack_responses_run_due,
+                next_due=slack_responses.slack_response_next_due,
+            )
         )

@@ -69,8 +69,11 @@ def _message(email: OutboundEmail, connection) -> EmailMultiAlternatives:
 
 
 def _send(email: OutboundEmail, connection) -> tuple[str, bool]:
-    """(error or "", whether the server itself failed). Never raises."""
+    """(error or "", whether the server itself failed). Never raises. The connection is opened
+    here if it is not open and left open: the round's mails share one SMTP session (a backend's
+    `send_messages` closes only a connection it opened itself)."""
     try:
+        connection.open()
         sent = connection.send_messages([_message(email, connection)])
     except MESSAGE_ERRORS as exc:
         return f"{type(exc).__name__}: {exc}"[:1000], False
@@ -92,9 +95,9 @@ def _record(email: OutboundEmail, error: str, now) -> None:
     OutboundEmail.objects.filter(pk=email.pk).update(**fields)
 
 
-def emails_run_due(*, now=None, limit: int = 50) -> int:
-    """Attempt every due mail once (one connection for the batch). Returns how many were
-    attempted."""
+def emails_run_due(*, now=None, limit: int = 200) -> int:
+    """Attempt every due mail once (one connection for the round, opened anew only after a
+    failure). Returns how many were attempted."""
     now = now or timezone.now()
     due = list(
         OutboundEmail.objects.filter(state=EmailState.PENDING, next_attempt_at__lte=now).order_by(
@@ -114,7 +117,7 @@ def emails_run_due(*, now=None, limit: int = 50) -> int:
             attempted += 1
             if error:
                 log.warning("mail %s to %s not sent: %s", email.pk, email.to, error)
-                _close(connection)
+                _close(connection)  # the next mail starts a fresh session
             if server_failed:
                 break  # the rest stay due: the next attempt finds the server (or not) afresh
     finally:

@@ -174,3 +174,31 @@ class ApprovalNotice(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["approval", "kind"], name="approval_notice_once")
         ]
+
+
+class SlackResponseStatus(models.TextChoices):
+    PENDING = "pending"  # waiting for its (next) attempt
+    DELIVERED = "delivered"  # Slack answered 2xx
+    FAILED = "failed"  # gave up after the last attempt
+
+
+class SlackResponse(models.Model):
+    """The updated message of an approval decided from Slack, for the press's `response_url`
+    (how Slack replaces an interactive message): an outbox row, sent after commit by the
+    server's outbox thread (and the sweep), retried on the outbox schedule."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    url = models.URLField(max_length=1000)
+    body = models.JSONField()
+    status = models.CharField(
+        max_length=16, choices=SlackResponseStatus.choices, default=SlackResponseStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_status_code = models.PositiveIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "next_attempt_at"], name="slack_response_due")]

@@ -3,8 +3,8 @@
 `notify` is called inside the transaction of what it reports (a budget crossing in the ingest
 transaction, a reminder in the sweep's), so a notification, its mail and its webhooks exist
 exactly when that change does. Everything that leaves the process does so after commit: the
-bell counts through console/realtime.py, mail and webhooks through the outboxes
-(console/outbox.py), never inside the request.
+bell counts through console/realtime.py, webhooks through the outbox thread after commit, mail
+through the sweep's mail outbox (console/outbox.py), never inside the request.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from django.template.loader import select_template
 from django.utils import timezone
 
 from approvals.services.webhooks import webhook_payloads_check, webhooks_enqueue
-from console import access, links, outbox, realtime
+from console import access, links, realtime
 from console.models import Principal
 from notifications.models import Notification, NotificationKind, OutboundEmail
 
@@ -123,9 +123,7 @@ def _notify_write(*, tenant, kind, principals, title, body, url, webhook_event, 
     if webhook_event is not None:
         webhooks_enqueue(tenant_id=tenant.pk, event=webhook_event, payloads=payloads)
     realtime.notifications_changed(principals=principals)
-    if emails:
-        transaction.on_commit(outbox.kick)
-    return rows
+    return rows  # the mail is the sweep's to send (console/outbox.py): no kick
 
 
 @transaction.atomic

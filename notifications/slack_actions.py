@@ -8,7 +8,9 @@ old); which tenant's secret is found through the approval the button names (noth
 done before the signature holds: a bad or old one is 401, audited `slack.refused` on that
 tenant when the approval exists). The Slack user maps to a principal by its own setting
 `slackUserId`; the decision then goes through the one decision service (roles, four-eyes,
-exactly once) and the answer replaces the message with the outcome, buttons removed.
+exactly once), audited as from Slack (`via: "slack"`), and the outcome replaces the message,
+buttons removed: in the answer, and POSTed to the press's `response_url` (how Slack applies a
+Block Kit button's outcome) through an outbox (notifications/slack_responses.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from console.errors import Conflict, Forbidden
 from console.services import audit
 from notifications.models import NotificationSettings
 from notifications.slack import approval_message
+from notifications.slack_responses import slack_response_enqueue
 
 DECISIONS = {"gavel_approve": "approve", "gavel_deny": "deny"}
 
@@ -55,12 +58,14 @@ def _ephemeral(text: str) -> SlackAnswer:
     return SlackAnswer(200, {"response_type": "ephemeral", "replace_original": False, "text": text})
 
 
-def _outcome(approval: Approval, run_for) -> SlackAnswer:
+def _outcome(approval: Approval, run_for, payload: dict) -> SlackAnswer:
+    """The decided message: the answer, and the same body for the press's `response_url`."""
     approval.refresh_from_db()
     resource = approval_resource(approval, costs=run_costs(runs=[approval.run]))
     wire = ApprovalOut.model_validate(resource).model_dump(by_alias=True, mode="json")
-    message = approval_message("approval.decided", wire, run_for=run_for)
-    return SlackAnswer(200, {"replace_original": True, **message})
+    body = {"replace_original": True, **approval_message("approval.decided", wire, run_for=run_for)}
+    slack_response_enqueue(tenant_id=approval.tenant_id, url=payload.get("response_url"), body=body)
+    return SlackAnswer(200, body)
 
 
 def slack_action(*, body: bytes, timestamp: str | None, signature: str | None) -> SlackAnswer:
@@ -111,9 +116,9 @@ def _decide(approval: Approval, payload: dict, decision: str) -> SlackAnswer:
     if refusal:
         return _ephemeral(f"Not decided: {refusal}.")
     try:
-        approval_decide(approval=approval, viewer=principal, decision=decision)
+        approval_decide(approval=approval, viewer=principal, decision=decision, via="slack")
     except Conflict:
-        return _outcome(approval, run_for)  # decided already: the message shows by whom
+        return _outcome(approval, run_for, payload)  # decided already: the message says by whom
     except Forbidden as exc:
         return _ephemeral(f"Not decided: {exc.message}.")
-    return _outcome(approval, run_for)
+    return _outcome(approval, run_for, payload)

@@ -8,7 +8,7 @@ principal's team leads, else the tenant's admins (`approval.escalated`). Each no
 its mail and its webhook deliveries are written by `notify` in one transaction with an
 `ApprovalNotice` row whose unique (approval, kind) is the claim: each fires once per call,
 however many sweeps run at once (a second process's INSERT waits for the first's commit and
-then fails). Then every outbox sends what is due.
+then fails). Then every outbox sends what is due; mail only ever here (console/outbox.py).
 """
 
 from __future__ import annotations

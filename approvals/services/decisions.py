@@ -58,9 +58,12 @@ def _conflict(approval) -> Conflict:
     )
 
 
-def approval_decide(*, approval, viewer, decision, message=None, arguments=UNSET) -> Approval:
+def approval_decide(
+    *, approval, viewer, decision, message=None, arguments=UNSET, via=None
+) -> Approval:
     """A reviewer's (or a decide key's) decision. The loser of a race gets Conflict naming
     who decided. `viewer` is a Principal or a `decide` ApiKey (acting as its principal).
+    `via`: "slack" for a decision from a Slack button (the audit entry says so).
 
     Not atomic itself on purpose: a lazy expiry commits on its own (so a lost race on an
     expired call still leaves it expired); the decision is one transaction (approval_settle).
@@ -80,6 +83,7 @@ def approval_decide(*, approval, viewer, decision, message=None, arguments=UNSET
         principal=principal,
         key=key,
         action="approval.decided",
+        via=via,
     )
     if not won:
         # Decided meanwhile, or its expiry passed since it was read: expired, not open.

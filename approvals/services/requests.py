@@ -13,7 +13,7 @@ from approvals.models import Approval, ApprovalStatus
 from approvals.services.rules import approvals_decide_by_rules
 from approvals.services.settle import approval_mirror_targets
 from approvals.services.webhooks import webhooks_approval_requested
-from console import outbox, realtime
+from console import realtime
 from console.errors import Conflict
 from notifications.models import CallBatch, EmailChoice, NotificationSettings
 from runs.models import Run
@@ -82,15 +82,14 @@ def approvals_request(
 
 
 def _mail_later(*, run: Run, approvals: list[Approval]) -> None:
-    """One durable row for the "now" mail of these calls (notifications/calls.py mails each
-    recipient once for the batch, after commit, off the request); none when no one in the
-    tenant chose "now"."""
+    """One durable row for the "now" mail of these calls (notifications/calls.py, run by the
+    sweep process, mails each recipient once for the batch after commit: off the request and
+    off this process); none when no one in the tenant chose "now"."""
     if not approvals:
         return
     wanted = NotificationSettings.objects.filter(tenant_id=run.tenant_id, email=EmailChoice.NOW)
     if wanted.exists():
         CallBatch.objects.create(tenant_id=run.tenant_id, approval_ids=[a.pk for a in approvals])
-        transaction.on_commit(outbox.kick)
 
 
 def _cancel(pending) -> list[Approval]:

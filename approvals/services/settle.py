@@ -55,7 +55,9 @@ def _next_decision_seq(run_id: int):
     return Coalesce(Subquery(top), Value(0)) + 1
 
 
-def _settle_one(approval, *, status, message, arguments, principal, key, rule, now, action) -> bool:
+def _settle_one(
+    approval, *, status, message, arguments, principal, key, rule, now, action, via
+) -> bool:
     """The conditional UPDATE and its audit row. True when this call won."""
     fields = {
         "status": status,
@@ -92,6 +94,7 @@ def _settle_one(approval, *, status, message, arguments, principal, key, rule, n
             "status": status,
             "message": message,
             "argumentsEdited": arguments is not None and arguments != approval.arguments,
+            **({"via": via} if via else {}),
         },
     )
     webhooks_approval_decided(approval_id=approval.pk, tenant_id=approval.tenant_id)
@@ -99,15 +102,24 @@ def _settle_one(approval, *, status, message, arguments, principal, key, rule, n
 
 
 def approval_settle(
-    *, approval, status, message, arguments, principal=None, key=None, rule=None, action
+    *, approval, status, message, arguments, principal=None, key=None, rule=None, action, via=None
 ) -> bool:
     """Decide an approval and its mirrors in one transaction. True when this call won.
-    `rule`: a lasting rule decided it (approvals/services/rules.py; no principal then)."""
+    `rule`: a lasting rule decided it (approvals/services/rules.py; no principal then).
+    `via`: where a person decided it when that is not the console or the API ("slack"), kept
+    in the audit entry."""
     now = timezone.now()
     with transaction.atomic():
         targets = approval_mirror_targets(approval)
         _lock_runs([approval.run_id] + [t.run_id for t in targets])
-        common = {"status": status, "principal": principal, "key": key, "rule": rule, "now": now}
+        common = {
+            "status": status,
+            "principal": principal,
+            "key": key,
+            "rule": rule,
+            "now": now,
+            "via": via,
+        }
         if not _settle_one(approval, message=message, arguments=arguments, action=action, **common):
             return False
         for target in targets:

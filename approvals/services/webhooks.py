@@ -45,7 +45,7 @@ LEASE = outbox.LEASE
 TIMEOUT_SECONDS = 10
 URL_MAX_LENGTH = 500
 TEST_EVENT = "webhook.test"  # "send test event": to one endpoint, never subscribed to
-kick_worker = outbox.kick  # wakes the outbox thread (webhooks and mail)
+kick_worker = outbox.kick  # wakes the outbox thread (webhooks; mail is the sweep's)
 stop_worker = outbox.stop
 
 

@@ -809,3 +809,59 @@ def test_a_manage_key_of_a_deactivated_principal_may_do_nothing(tenant_a):
 def test_a_manage_key_does_not_decide(tenant_a, lead_a):
     key = key_of(make_key(tenant_a, scopes=("manage",), principal=lead_a))
     assert not access.can(key, "decide", "send_email")
+
+
+# --- decidable: the batch form of decide_refusal ---
+
+
+def test_decidable_is_exactly_the_calls_decide_refusal_lets_each_viewer_decide(
+    viewer, tenant_a, reviewer_a, lead_a
+):
+    """Every kind of viewer against a mixed batch (tools a role's globs do and do not name, a
+    run for the viewer itself, budget overrides with and without leads, a misnamed override):
+    the batch answer is the single-call answer for each call, in the batch's order."""
+    from budgets.models import OVERRIDE_TOOL, Budget, BudgetOverride
+
+    mailers = principal_with(tenant_a, deciders_role(tenant_a, ["email.*"]))
+    people = [viewer(name) for name in VIEWERS] + [mailers]
+    budget = Budget.objects.create(
+        tenant=tenant_a, name="b", scope_type="tenant", period="day", ceiling_minor_units=1
+    )
+    led = Budget.objects.create(
+        tenant=tenant_a, name="led", scope_type="tenant", period="week", ceiling_minor_units=1
+    )
+    led.leads.add(reviewer_a)
+    others, for_reviewer = (
+        RunFactory(tenant=tenant_a),
+        RunFactory(tenant=tenant_a, principal=reviewer_a),
+    )
+    for_mailers = RunFactory(tenant=tenant_a, principal=mailers)
+    approvals = [
+        ApprovalFactory(run=run, tool_name=tool)
+        for run in (others, for_reviewer, for_mailers)
+        for tool in ("email.send", "email.delete", "shell.exec", "email.send")
+    ]
+    for run, which in ((others, budget), (for_reviewer, led), (others, led)):
+        override = ApprovalFactory(run=run, tool_name=OVERRIDE_TOOL)
+        BudgetOverride.objects.create(
+            approval=override, budget=which, run=run, estimated_cost_minor_units=5
+        )
+        approvals.append(override)
+    approvals.append(ApprovalFactory(run=others, tool_name=OVERRIDE_TOOL))  # no budget asked
+    loaded = list(
+        access.approvals_visible_to(viewer=lead_a)
+        .filter(pk__in=[a.pk for a in approvals])
+        .select_related("run", "run__tenant")
+        .order_by("-id")  # not creation order: the answer keeps the order given
+    )
+    answers = set()
+    for allowed in (False, True):
+        tenant_a.allow_self_approval = allowed
+        tenant_a.save(update_fields=["allow_self_approval"])
+        for call in loaded:
+            call.run.tenant.allow_self_approval = allowed
+        for who in people:
+            expected = [a for a in loaded if access.decide_refusal(who, a) is None]
+            assert access.decidable(who, loaded) == expected
+            answers.add(len(expected))
+    assert len(answers) > 3  # the viewers really differ (no vacuous equality of empty lists)

@@ -26,10 +26,13 @@ class Inbox:
 
     def __init__(self):
         self.envelopes = []
+        self.sessions = []  # each SMTP session (connection) that delivered mail, once
         self.received = threading.Event()
 
     async def handle_DATA(self, server, session, envelope):
         self.envelopes.append(envelope)
+        if not any(seen is session for seen in self.sessions):
+            self.sessions.append(session)
         self.received.set()
         return "250 OK"
 

@@ -43,9 +43,9 @@ def choose(principal, email, address, **fields):
 
 
 def send_all(now=None):
-    """What the outbox thread (and the sweep) does after commit: every sender once."""
+    """What the sweep process does after expiry, reminders and escalations: every sender once
+    (the call sender before the mail sender: the mail it writes leaves in the same round)."""
     outbox.run_due(now=now)
-    outbox.run_due(now=now)  # the mail the call sender wrote goes out in the next round
 
 
 @pytest.fixture
@@ -98,6 +98,31 @@ def test_now_mails_each_decider_once_per_batch_with_every_call(
     assert subject == "[Gavel] A call waits for your decision: email.send"
     assert "call_4" not in text and "mail number 4" in text and "mail number 1" not in text
     assert not bodies(smtp_server, "adam@a.example") and not bodies(smtp_server, "vic@a.example")
+
+
+def test_the_request_leaves_the_mail_to_the_sweep_process(
+    ingest_a, people, smtp_server, use_email_url, django_capture_on_commit_callbacks
+):
+    """The request writes the batch and wakes nothing for it (a server process does no mail
+    work); one sweep expands it and sends the mail."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    use_email_url(smtp_server.url)
+    admit(ingest_a)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        hold(ingest_a, [call(1), call(2)])
+    assert outbox.kick not in callbacks  # no webhook endpoint: nothing else to send at once
+    assert CallBatch.objects.get().mailed_at is None and not OutboundEmail.objects.exists()
+    out = StringIO()
+    call_command("expire_approvals", stdout=out)
+    assert "1 call mail" in out.getvalue() and "2 emails" in out.getvalue()
+    assert sorted(m["To"] for m in smtp_server.inbox.messages) == [
+        "lena@a.example",
+        "rita@a.example",
+    ]
+    assert CallBatch.objects.get().mailed_at is not None
 
 
 def test_a_batch_is_mailed_once_however_many_senders_run(ingest_a, people):

@@ -1,18 +1,22 @@
 """`POST /integrations/slack/actions`: a press of Approve/Deny in a Slack message, verified by
 Slack's v0 signature (slack_sdk's verifier) and a timestamp under 5 minutes old, decides as
 the principal whose `slackUserId` it is, under every v1 rule (roles, four-eyes, exactly once),
-and answers with the outcome (the message replaced: who decided, no decision buttons)."""
+and answers with the outcome (the message replaced: who decided, no decision buttons), which
+also goes to the press's `response_url` (a local HTTP server here) through an outbox; the
+audit entry says the decision came from Slack."""
 
 import json
 import time
 from urllib.parse import urlencode
 
 import pytest
+from django.utils import timezone
 from slack_sdk.signature import SignatureVerifier
 
 from approvals.models import ApprovalStatus
+from console import outbox
 from console.models import AuditEvent, Role
-from notifications.models import NotificationSettings
+from notifications.models import NotificationSettings, SlackResponse, SlackResponseStatus
 from notifications.slack import slack_message
 from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory
 
@@ -35,12 +39,14 @@ def held(tenant_a, reviewer_a):
     return ApprovalFactory(run=run, tool_name="send_email")
 
 
-def press(approval, action="gavel_approve", user="U0REV"):
+def press(
+    approval, action="gavel_approve", user="U0REV", response_url="https://hooks.slack.com/a/T/1/x"
+):
     payload = {
         "type": "block_actions",
         "user": {"id": user, "username": "rita"},
         "actions": [{"action_id": action, "value": approval.public_id, "type": "button"}],
-        "response_url": "https://hooks.slack.com/actions/T/1/x",
+        "response_url": response_url,
     }
     return urlencode({"payload": json.dumps(payload)}).encode()
 
@@ -79,7 +85,14 @@ def test_a_signed_press_approves_as_the_mapped_principal_and_replaces_the_messag
     assert kinds == ["open_open_in_gavel"]  # the decision buttons are gone
     held.refresh_from_db()
     assert held.status == ApprovalStatus.APPROVED and held.decided_by == reviewer_a
-    assert AuditEvent.objects.filter(action="approval.decided").count() == 1
+    entry = AuditEvent.objects.get(action="approval.decided")
+    assert entry.actor_principal == reviewer_a and entry.data["via"] == "slack"  # from Slack
+
+
+def test_a_decision_in_the_console_or_the_api_names_no_via(decide_a, held):
+    response = decide_a.post(f"/api/v1/approvals/{held.public_id}/decision", {"decision": "deny"})
+    assert response.status_code == 200
+    assert "via" not in AuditEvent.objects.get(action="approval.decided").data
 
 
 def test_a_replayed_press_changes_nothing(client, held):
@@ -184,3 +197,61 @@ def test_decide_mode_messages_carry_buttons_that_post_to_the_endpoint():
         ("gavel_deny", "apr_1"),
         ("open_open_in_gavel", None),
     ]
+
+
+# --- the press's response_url ---
+
+
+@pytest.fixture
+def slack_host(endpoint, settings):
+    """The local HTTP server stands in for Slack's host."""
+    settings.GAVEL_SLACK_RESPONSE_URL_PREFIX = endpoint.url.rsplit("/hooks/", 1)[0] + "/"
+    return endpoint
+
+
+def test_the_decided_message_is_posted_to_the_response_url_after_commit(client, held, slack_host):
+    response = post(client, press(held, response_url=slack_host.url))
+    assert response.status_code == 200 and decided(held) == "approved"
+    row = SlackResponse.objects.get()
+    assert row.status == SlackResponseStatus.PENDING and not slack_host.requests  # queued
+    assert outbox.run_due(in_server=True)["slack responses"] == 1  # what the server's thread runs
+    sent = slack_host.json()
+    assert sent == response.json() and sent["replace_original"] is True
+    assert sent["text"].startswith("Approved by reviewer@a.example: send_email")
+    row.refresh_from_db()
+    assert row.status == SlackResponseStatus.DELIVERED and row.attempts == 1
+    assert outbox.run_due(in_server=True)["slack responses"] == 0  # sent once
+
+
+def test_a_press_on_a_decided_call_posts_who_decided(client, held, slack_host):
+    post(client, press(held))
+    late = post(client, press(held, action="gavel_deny", response_url=slack_host.url))
+    assert late.json()["text"].startswith("Approved by reviewer")
+    outbox.run_due(in_server=True)
+    assert slack_host.json()["text"].startswith("Approved by reviewer")
+
+
+def test_a_refused_press_posts_nothing(client, held, slack_host):
+    post(client, press(held, user="U0NOBODY", response_url=slack_host.url))
+    assert decided(held) == "pending" and not SlackResponse.objects.exists()
+
+
+def test_a_response_url_off_slacks_host_is_never_posted_to(client, held, endpoint):
+    assert post(client, press(held, response_url=endpoint.url)).status_code == 200
+    assert decided(held) == "approved" and not SlackResponse.objects.exists()
+
+
+def test_a_failed_post_is_retried_on_the_outbox_schedule(client, held, slack_host):
+    slack_host.status = 500
+    post(client, press(held, response_url=slack_host.url))
+    now = timezone.now()
+    assert outbox.run_due(now=now)["slack responses"] == 1
+    row = SlackResponse.objects.get()
+    assert row.status == SlackResponseStatus.PENDING and row.attempts == 1
+    assert row.last_status_code == 500 and row.last_error == "HTTP 500"
+    assert row.next_attempt_at == now + timezone.timedelta(seconds=outbox.BACKOFF_SECONDS[0])
+    slack_host.status = 200
+    later = now + timezone.timedelta(seconds=outbox.BACKOFF_SECONDS[0] + 1)
+    assert outbox.run_due(now=later)["slack responses"] == 1
+    row.refresh_from_db()
+    assert row.status == SlackResponseStatus.DELIVERED and len(slack_host.requests) == 2

@@ -97,3 +97,48 @@ def test_two_sweeps_fire_the_reminder_and_the_escalation_once_each_at_their_dela
     ]
     assert WebhookDelivery.objects.filter(event="approval.reminder").count() == 1
     assert WebhookDelivery.objects.filter(event="approval.escalated").count() == 1
+
+
+def test_a_sweep_process_mails_a_batch_that_a_request_committed(
+    on_postgres, tenant_a, reviewer_a, lead_a, smtp_server, tmp_path
+):
+    """The request side writes the batch and nothing else; a separate sweep process (as
+    `make run` and production run it) expands it and sends one mail to each "now" decider."""
+    if not on_postgres:
+        pytest.skip("needs PostgreSQL: two processes on one database")
+    from approvals.services.requests import approvals_request
+    from notifications.models import CallBatch, EmailChoice, NotificationSettings
+
+    for principal, address in ((reviewer_a, "rita@a.example"), (lead_a, "lena@a.example")):
+        principal.email = address
+        principal.save(update_fields=["email"])
+        NotificationSettings.objects.create(
+            tenant=tenant_a, principal=principal, email=EmailChoice.NOW
+        )
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "DEBUG": "1",
+        "PYTHONUNBUFFERED": "1",
+        "EMAIL_URL": smtp_server.url,
+    }
+    with (tmp_path / "sweep.log").open("wb") as log:
+        sweep = _sweep(env, log)
+        try:
+            run = RunFactory(tenant=tenant_a, external_id="run_mail")
+            calls = [{"tool_call_id": f"c{i}", "tool_name": "email.send"} for i in range(3)]
+            approvals_request(run=run, step=1, calls=calls)  # committed: no transaction around
+            deadline = time.monotonic() + 60
+            while len(smtp_server.inbox.envelopes) < 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert sweep.poll() is None, "the sweep died"
+        finally:
+            sweep.terminate()
+            sweep.wait(10)
+    output = (tmp_path / "sweep.log").read_text()
+    assert sorted(m["To"] for m in smtp_server.inbox.messages) == [
+        "lena@a.example",
+        "rita@a.example",
+    ], output
+    assert all("3 new calls" in m["Subject"] for m in smtp_server.inbox.messages)
+    assert CallBatch.objects.get().mailed_at is not None

@@ -7,8 +7,12 @@ beside the server; in production run one (or more: they never repeat one another
 
 Long-polls expire their own run's calls at the moment they expire and every read expires
 lazily, so expiry here is for calls nobody is reading (the nav count, webhooks, the audit log).
-The outboxes are also sent by each server process's own thread right after commit; the sweep
-is what sends them after a crash or a restart (console/outbox.py).
+Webhook deliveries are also sent by each server process's own thread right after commit (the
+sweep sends what a crash or a restart left). Mail is the sweep's alone: the "now" mail of new
+calls, digests, reminders' and alerts' mail are expanded, rendered and sent here, never in a
+server process (console/outbox.py), so without a running sweep mail is written and stays
+pending. A round that did work is followed at once by the next (a backlog drains at full
+speed); an idle one sleeps `--interval`.
 """
 
 import time
@@ -36,13 +40,15 @@ class Command(BaseCommand):
             raise CommandError("--interval must be a positive number of seconds")
         while True:
             counts = sweep()
-            if any(counts.values()) or not loop:
+            busy = any(counts.values())
+            if busy or not loop:
                 self.stdout.write(_report(counts))
                 self.stdout.flush()
             if not loop:
                 return
             close_old_connections()
-            time.sleep(interval)
+            if not busy:  # more may be due at once (a backlog of mail): no sleep after work
+                time.sleep(interval)
 
 
 def _report(counts: dict[str, int]) -> str:

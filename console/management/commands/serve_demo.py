@@ -1,9 +1,9 @@
 """`manage.py serve_demo`: what `make run` starts after `demo_setup`.
 
 Runs `daphne -b HOST -p PORT console.asgi:application`, the sweep beside it (`manage.py
-expire_approvals --loop`: expiry, reminders, escalations, and what the outboxes left due) and
-the demo agent (`manage.py demo_agent --runs 0`); prints the URL and the login; stops all three
-on Ctrl-C or SIGTERM (and stops the others if the server dies).
+expire_approvals --loop`: expiry, reminders, escalations, all mail, and the webhook deliveries
+the server left due) and the demo agent (`manage.py demo_agent --runs 0`); prints the URL and
+the login; stops all three on Ctrl-C or SIGTERM (and stops the others if the server dies).
 """
 
 from __future__ import annotations
