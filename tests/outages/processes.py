@@ -115,12 +115,13 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 10) -> None:
-        self.proc = subprocess.Popen(  # noqa: S603 - the installed redis-server, our arguments
-            [self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-             "--appendonly", "no", "--dir", str(self.dir)],
-            stdout=(self.dir / "redis.log").open("ab"),
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        with (self.dir / "redis.log").open("ab") as log:
+            self.proc = subprocess.Popen(  # noqa: S603 - the installed redis-server, our arguments
+                [self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+                 "--appendonly", "no", "--dir", str(self.dir)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with (
