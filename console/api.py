@@ -25,12 +25,12 @@ from approvals.api import router as approvals_router
 from approvals.api_rules import router as rules_router
 from approvals.api_webhooks import router as webhooks_router
 from budgets.api import router as budgets_router
-from console import access, signin
+from console import access, db, signin
 from console.api_audit import router as audit_router
 from console.api_directory import router as directory_router
 from console.api_keys import router as keys_router
 from console.api_oidc import router as oidc_router
-from console.errors import GavelError
+from console.errors import DatabaseUnavailable, GavelError
 from console.schemas import strict_json, unstorable_text
 from console.services.auditlog import audit_refused
 from notifications.api import router as notifications_router
@@ -359,13 +359,10 @@ def on_http_error(request, exc: HttpError):
 @api.exception_handler(OperationalError)
 @api.exception_handler(InterfaceError)
 def on_database_down(request, exc):
-    return error_response(
-        request,
-        503,
-        "database_unavailable",
-        "the database is unreachable; retry later",
-        headers={"Retry-After": "5"},
-    )
+    """The database did not answer: 503 with Retry-After (console.db.unreachable); the
+    operation's transaction, if any, has rolled back."""
+    logger.warning("database_unavailable on %s %s: %s", request.method, request.path, exc)
+    return on_gavel_error(request, DatabaseUnavailable())
 
 
 def _out_of_range(exc) -> bool:
@@ -400,6 +397,8 @@ def request_id() -> str:
 def on_unexpected(request, exc):
     """Anything unforeseen: the contract's body (never Django's HTML page), and the traceback
     in the log under the request id the client is given, so a report can be matched."""
+    if db.unreachable(exc):  # raw psycopg's own errors (Django's are mapped above)
+        return on_database_down(request, exc)
     rid = request_id()
     logger.error("internal_error %s on %s %s", rid, request.method, request.path, exc_info=exc)
     return error_response(

@@ -171,8 +171,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.tenant_id = self.viewer.tenant_id  # a socket watches one tenant for its life
         self.joined = [*groups, realtime.user_group(self.viewer.user_id)]
         fanout = realtime.Fanout.here()
+        self.layer_down = False
         for group in self.joined:
-            await fanout.join(group, self)
+            if not await fanout.join(group, self):
+                self.layer_down = True
         await self.accept()
         # The bell's count rides in the first frame of the state (every page has the bell).
         self.bell = await database_sync_to_async(nav_unread_html)(self.viewer)
@@ -180,7 +182,23 @@ class LiveConsumer(AsyncWebsocketConsumer):
         while self.backlog:  # in the order heard; nothing can overtake them
             await self._handle(self.backlog.pop(0))
         self.backlog = None
+        if self.layer_down:  # the page is complete, but nothing live reaches it yet
+            await self.control("reconnecting")
         self.recheck = asyncio.ensure_future(self._recheck_forever())
+
+    async def layer_changed(self, up: bool) -> None:
+        """The channel layer stopped passing messages (Redis down), or passes them again
+        (realtime.Fanout's heartbeat). Down: the page shows "reconnecting…". Back: the current
+        state, and `resync` (the page re-reads its partials over HTTP): what was missed
+        meanwhile is on the page within a heartbeat of the layer's return."""
+        self.layer_down = not up
+        if self.backlog is not None:  # still connecting: `connect` says it at its end
+            return
+        if up:
+            await self.send_state()
+            await self.control("resync")
+        else:
+            await self.control("reconnecting")
 
     async def deliver(self, message):
         """A layer event, handed over by the process's fan-out (console/realtime.py) in its own
@@ -268,7 +286,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         return bell + html
 
     async def control(self, kind: str, **facts) -> None:
-        """A JSON frame for live.js (never swapped): hello, resync."""
+        """A JSON frame for live.js (never swapped): hello, resync, reconnecting."""
         if getattr(self, "bell", ""):  # a state that pushed nothing: the bell goes first
             await self.push("")
         await self.send(text_data=json.dumps({"live": kind, **facts}))

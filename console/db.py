@@ -18,3 +18,20 @@ def released(fn):
                 close_old_connections()
 
     return sync_to_async(call)
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Is this the database failing to answer (as opposed to a bug or a bad value)? Django's
+    OperationalError / InterfaceError (a refused or lost connection, the pool's timeout, a
+    cancelled statement, SQLite's "database is locked"), and psycopg's own when raw psycopg
+    is used. Such a request answers 503 with Retry-After, never 500."""
+    from django.db import InterfaceError, OperationalError
+
+    kinds: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
+    try:
+        import psycopg
+    except ImportError:  # SQLite-only installs
+        pass
+    else:
+        kinds += (psycopg.OperationalError, psycopg.InterfaceError)
+    return isinstance(exc, kinds)

@@ -60,3 +60,15 @@ class Unavailable(GavelError):
     def __init__(self, message: str, *, retry_after: int = 5, **kwargs):
         super().__init__(message, **kwargs)
         self.retry_after = retry_after
+
+
+class DatabaseUnavailable(Unavailable):
+    """The database cannot be reached (refused, timed out, the pool found no connection in
+    DB_POOL_TIMEOUT): the request changed nothing, and the same request later may succeed."""
+
+    code = "database_unavailable"
+    RETRY_AFTER = 5
+
+    def __init__(self, message: str = "the database is unreachable; retry later", **kwargs):
+        kwargs.setdefault("retry_after", self.RETRY_AFTER)
+        super().__init__(message, **kwargs)

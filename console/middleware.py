@@ -1,6 +1,8 @@
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.core.signals import got_request_exception
 
-from console import links
+from console import db, links
+from console.errors import DatabaseUnavailable
 
 # Only our own scripts and styles; images may be inline data (from `$bytes` envelopes).
 CSP = "; ".join(
@@ -106,6 +108,61 @@ class ApiErrorBodyMiddleware(ResponseMiddleware):
 
     def process(self, request, response):
         return _api_error_body(request, response)
+
+
+class DatabaseUnavailableMiddleware(ResponseMiddleware):
+    """A request that cannot reach the database answers 503 with Retry-After, never a 500 or
+    a hang: the contract's JSON body under /api/v1/ (ninja's own operations map it in
+    console/api.py), a page that reloads itself elsewhere. The page is rendered without the
+    request, so no context processor asks the database again.
+
+    A view's (or its template's) error comes to `process_exception` before Django's 500
+    handling, which would read the database again (the DEBUG page's `request.user`). One
+    raised in another middleware's hook (a session saved on the way out) has already become
+    a 500 there: the `got_request_exception` receiver below marks the request, and `process`
+    answers 503 instead."""
+
+    def process_exception(self, request, exception):
+        if db.unreachable(exception):
+            return database_unavailable_response(request, exception)
+        return None
+
+    def process(self, request, response):
+        exception = getattr(request, "gavel_database_error", None)
+        if response.status_code == 500 and exception is not None:
+            return database_unavailable_response(request, exception)
+        return response
+
+
+def _mark_database_error(sender, request=None, **kwargs):
+    import sys
+
+    exception = sys.exc_info()[1]
+    if request is not None and exception is not None and db.unreachable(exception):
+        request.gavel_database_error = exception
+
+
+got_request_exception.connect(_mark_database_error, dispatch_uid="gavel-database-unavailable")
+
+
+def database_unavailable_response(request, exception):
+    import logging
+
+    from django.http import HttpResponse, JsonResponse
+    from django.template.loader import render_to_string
+
+    logging.getLogger("console.db").warning(
+        "database_unavailable on %s %s: %s", request.method, request.path, exception
+    )
+    error = DatabaseUnavailable()
+    if request.path.startswith(API_PREFIX):
+        body = {"code": error.code, "message": error.message, "details": error.details}
+        response = JsonResponse({"error": body}, status=error.status)
+    else:
+        page = render_to_string("503.html", {"retry_after": error.retry_after})
+        response = HttpResponse(page, status=error.status)
+    response["Retry-After"] = str(error.retry_after)
+    return response
 
 
 from whitenoise.middleware import WhiteNoiseMiddleware  # noqa: E402

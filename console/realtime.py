@@ -257,6 +257,12 @@ class _Group:
         self.ready: asyncio.Future | None = None
         self.reader: asyncio.Task | None = None
 
+    @property
+    def failed(self) -> bool:
+        """The subscription could not be made (the layer was down): the watch retries it."""
+        ready = self.ready
+        return ready is not None and ready.done() and (ready.cancelled() or bool(ready.exception()))
+
     async def subscribe(self, layer) -> None:
         self.channel = await layer.new_channel()
         await layer.group_add(self.name, self.channel)
@@ -283,15 +289,131 @@ class _Group:
                 await layer.group_discard(self.name, self.channel)
 
 
+# Is the layer passing messages? (Redis stopped: no.) While a process has listeners, it sends
+# itself a heartbeat through the layer. It is down after DOWN_AFTER_FAILURES sends in a row
+# fail (Redis refused: about a second), or when no heartbeat came back for DOWN_AFTER_SILENCE
+# seconds (a slow loop under load is not an outage); then every local listener with
+# `layer_changed` hears False (a socket tells its page "reconnecting"). While down it probes
+# every PROBE_SECONDS, and the first heartbeat heard brings it back: the subscriptions that
+# could not be made are made, and every listener hears True (the page re-reads what it
+# missed). Publishing meanwhile fails fast and is only logged: ingest and decisions never wait
+# for the layer.
+BEAT_SECONDS = 0.5
+PROBE_SECONDS = 0.1
+SEND_LIMIT = 2.0
+DOWN_AFTER_FAILURES = 3
+DOWN_AFTER_SILENCE = 10.0
+
+
+class _Watch:
+    """The heartbeat of one process's (one event loop's) layer connection."""
+
+    def __init__(self, fanout: Fanout, layer):
+        self.fanout = fanout
+        self.layer = layer
+        self.up = True
+        self.failures = 0
+        self.loop = asyncio.get_running_loop()
+        self.heard_at = self.loop.time()
+        self.channel: str | None = None
+        self.hearing: asyncio.Task | None = None
+        self.task = asyncio.ensure_future(self._beat())
+
+    async def _beat(self) -> None:
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(self._send(), SEND_LIMIT)
+                    self.failures = 0
+                except Exception:  # refused, lost, timed out
+                    self.failures += 1
+                silent = self.loop.time() - self.heard_at > DOWN_AFTER_SILENCE
+                if self.up and (self.failures >= DOWN_AFTER_FAILURES or silent):
+                    await self.fanout.layer_state(False)
+                await asyncio.sleep(BEAT_SECONDS if self.up else PROBE_SECONDS)
+        finally:
+            if self.hearing is not None:
+                self.hearing.cancel()
+
+    async def _send(self) -> None:
+        if self.channel is None:
+            self.channel = await self.layer.new_channel()
+            self.hearing = asyncio.ensure_future(self._hear(self.channel))
+        await self.layer.send(self.channel, {"type": "layer.heartbeat"})
+
+    async def _hear(self, channel: str) -> None:
+        while True:  # the layer re-subscribes the channel itself when it reconnects
+            await self.layer.receive(channel)
+            self.heard_at = self.loop.time()
+            await self.fanout.layer_state(True)
+
+    def stop(self) -> None:
+        self.task.cancel()
+
+
+def _watched(layer) -> bool:
+    """The in-process layer cannot go down; any other (Redis) is watched."""
+    from channels.layers import InMemoryChannelLayer
+
+    return not isinstance(layer, InMemoryChannelLayer)
+
+
 class Fanout:
     """Per event loop: `join(group, listener)` / `leave(group, listener)`. A listener has
-    `async deliver(message)`. Joining returns once the group's subscription is in place, so a
-    listener that reads the database after joining misses nothing published after that read."""
+    `async deliver(message)`, and may have `async layer_changed(up)` (see _Watch). Joining
+    returns once the group's subscription is in place (True), so a listener that reads the
+    database after joining misses nothing published after that read; False: the layer is
+    down, the subscription is retried when it is back, and the listener is told."""
 
     _by_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def __init__(self):
         self.groups: dict[str, _Group] = {}
+        self.watch: _Watch | None = None
+        self.changing = asyncio.Lock()
+
+    @property
+    def layer_up(self) -> bool:
+        return self.watch is None or self.watch.up
+
+    async def layer_state(self, up: bool) -> None:
+        """What the heartbeat found. Back up: the failed subscriptions are made again first,
+        then the listeners hear it (those of a group that still fails wait for the next)."""
+        async with self.changing:
+            await self._layer_state(up)
+
+    async def _layer_state(self, up: bool) -> None:
+        was_up = self.layer_up
+        if self.watch is not None:
+            self.watch.up = up
+        if not up:
+            if was_up:
+                log.warning("channel layer down: live pages show reconnecting")
+                await self._tell(self.groups.values(), False)
+            return
+        failed = [held for held in self.groups.values() if held.failed]
+        if was_up and not failed:
+            return
+        layer = get_channel_layer()
+        for held in failed:
+            held.ready = asyncio.ensure_future(held.subscribe(layer))
+            with contextlib.suppress(Exception):
+                await asyncio.shield(held.ready)
+        if not was_up:
+            log.warning("channel layer back: live pages catch up")
+        back = self.groups.values() if not was_up else failed
+        await self._tell([held for held in back if not held.failed], True)
+
+    async def _tell(self, groups, up: bool) -> None:
+        listeners = {listener: None for held in list(groups) for listener in held.listeners}
+        for listener in listeners:
+            changed = getattr(listener, "layer_changed", None)
+            if changed is None:
+                continue
+            try:
+                await changed(up)
+            except Exception:  # one listener's failure is not the others'
+                log.warning("telling a listener the layer is %s failed", up, exc_info=True)
 
     @classmethod
     def here(cls) -> Fanout:
@@ -305,10 +427,12 @@ class Fanout:
         held = self.groups.get(group)
         return len(held.listeners) if held else 0
 
-    async def join(self, group: str, listener) -> None:
+    async def join(self, group: str, listener) -> bool:
         layer = get_channel_layer()
         if layer is None:
-            return
+            return True
+        if self.watch is None and _watched(layer):
+            self.watch = _Watch(self, layer)
         held = self.groups.get(group)
         if held is None:
             held = self.groups[group] = _Group(group)
@@ -318,8 +442,8 @@ class Fanout:
             await asyncio.shield(held.ready)
         except Exception:  # no layer: the page still works over HTTP, the poll on its timer
             log.warning("channel layer subscribe to %s failed", group, exc_info=True)
-            if self.groups.get(group) is held:
-                del self.groups[group]
+            return False
+        return self.layer_up
 
     async def leave(self, group: str, listener) -> None:
         held = self.groups.get(group)
@@ -328,6 +452,9 @@ class Fanout:
         del held.listeners[listener]
         if not held.listeners:
             del self.groups[group]  # a later join subscribes afresh
+            if not self.groups and self.watch is not None:  # no one listens: no heartbeat
+                self.watch.stop()
+                self.watch = None
             layer = get_channel_layer()
             if layer is not None:
                 with contextlib.suppress(Exception):

@@ -213,6 +213,7 @@ MIDDLEWARE = [
     "console.middleware.SecurityMiddleware",
     "console.middleware.ContentSecurityPolicyMiddleware",
     "console.middleware.ApiErrorBodyMiddleware",
+    "console.middleware.DatabaseUnavailableMiddleware",  # 503 + Retry-After, never a 500
     "console.middleware.AsyncWhiteNoiseMiddleware",  # WhiteNoise, async-capable
     "console.middleware.SessionMiddleware",
     "console.middleware.CommonMiddleware",

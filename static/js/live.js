@@ -5,8 +5,9 @@
 // of another page, a card filtered out); `data-live-unless="<selector>"` drops an append when
 // that element is here already (so "replace if present, else append" needs no round trip).
 // JSON frames are control: "hello" (subscribed, with the run's seq on a run page), "resync"
-// (a hint was lost: re-fetch the partials over HTTP). A reconnect re-fetches them as well.
-// #live-status shows "live" / "reconnecting…" / "offline".
+// (a hint was lost: re-fetch the partials over HTTP), "reconnecting" (the socket is open but
+// the server's channel layer is down: nothing live arrives until a "resync"). A reconnect
+// re-fetches them as well. #live-status shows "live" / "reconnecting…" / "offline".
 (function () {
   "use strict";
 
@@ -54,6 +55,8 @@
 
   function control(frame, live) {
     if (frame.seq !== undefined) live.setAttribute("data-seq", frame.seq);
+    if (frame.live === "reconnecting") status("reconnecting…", "reconnecting");
+    if (frame.live === "resync" || frame.live === "hello") status("live", "live");
     if (frame.live === "resync") refetch(live);
     live.dispatchEvent(new CustomEvent("gavel:live-" + frame.live, { bubbles: true, detail: frame }));
   }

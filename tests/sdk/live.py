@@ -31,8 +31,10 @@ def free_port(start: int = 8600) -> int:
     raise RuntimeError("no free port in 8600-8699")
 
 
-def live_env(var_dir: Path, db_suffix: str) -> dict:
-    """The subprocess environment: its own var/ and its own database, no Redis (one process)."""
+def live_env(var_dir: Path, db_suffix: str, *, database_url: str | None = None) -> dict:
+    """The subprocess environment: its own var/ and its own database, no Redis (one process).
+    `database_url`: that database (e.g. on a test's own PostgreSQL cluster) instead of a
+    fresh one next to DATABASE_URL's."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "REDIS_PREFIX")}
     env.update(
         GAVEL_VAR_DIR=str(var_dir),
@@ -42,7 +44,9 @@ def live_env(var_dir: Path, db_suffix: str) -> dict:
         PYTHONUNBUFFERED="1",
     )
     url = env.get("DATABASE_URL", "")
-    if url.startswith(("postgres://", "postgresql://")):
+    if database_url:
+        env["DATABASE_URL"] = database_url
+    elif url.startswith(("postgres://", "postgresql://")):
         env["DATABASE_URL"] = _fresh_postgres(url, db_suffix)
     else:
         env.pop("DATABASE_URL", None)
@@ -76,6 +80,37 @@ def manage(env: dict, *args: str, timeout: float = 180) -> str:
     return done.stdout
 
 
+MANY = """
+import io, json
+from django.core.management import call_command
+outputs = []
+for command in json.loads(COMMANDS):
+    out = io.StringIO()
+    call_command(*command, stdout=out)
+    outputs.append(out.getvalue())
+print(json.dumps(outputs))
+"""
+
+
+def manage_many(env: dict, *commands: list[str], timeout: float = 180) -> list[str]:
+    """Several management commands in one process (Django starts once, not once each):
+    the output of each."""
+    import json
+
+    done = subprocess.run(
+        [PYTHON, "manage.py", "shell", "-c", f"COMMANDS = {json.dumps(commands)!r}\n{MANY}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if done.returncode:
+        raise RuntimeError(f"manage.py commands failed:\n{done.stdout}\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def last_line(output: str) -> str:
     return output.strip().splitlines()[-1].strip()
 
@@ -85,43 +120,30 @@ class LiveConsole:
     REVIEWER = "reviewer@sdk.example"
     PRINCIPAL = "alice@sdk.example"
 
-    def __init__(self, var_dir: Path, *, db_suffix: str = "sdklive"):
+    def __init__(self, var_dir: Path, *, db_suffix: str = "sdklive", database_url=None):
         self.var_dir = var_dir
-        self.env = live_env(var_dir, db_suffix)
+        self.env = live_env(var_dir, db_suffix, database_url=database_url)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
         self.log = var_dir / "daphne.log"
 
-    def provision(self) -> None:
+    def provision(self, *, password: str | None = None) -> None:
+        """Migrated, with the tenant, a reviewer (who may sign in with `password`), an
+        ingest key and the reviewer's decide key."""
         manage(self.env, "migrate", "--verbosity", "0")
-        manage(self.env, "create_tenant", self.TENANT)
-        manage(
+        signs_in = ["--password", password] if password else []
+        *_, ingest, decide = manage_many(
             self.env,
-            "create_principal",
-            "--tenant",
-            self.TENANT,
-            self.REVIEWER,
-            "--role",
-            "reviewer",
-        )
-        self.ingest_key = last_line(
-            manage(self.env, "create_api_key", "--tenant", self.TENANT, "--name", "runtime")
-        )
-        self.decide_key = last_line(
-            manage(
-                self.env,
-                "create_api_key",
-                "--tenant",
-                self.TENANT,
-                "--name",
-                "reviewer bot",
-                "--scope",
-                "decide",
-                "--principal",
-                self.REVIEWER,
-            )
-        )
+            ["create_tenant", self.TENANT],
+            ["create_principal", "--tenant", self.TENANT, self.REVIEWER, "--role", "reviewer",
+             *signs_in],
+            ["create_api_key", "--tenant", self.TENANT, "--name", "runtime"],
+            ["create_api_key", "--tenant", self.TENANT, "--name", "reviewer bot",
+             "--scope", "decide", "--principal", self.REVIEWER],
+        )  # fmt: skip
+        self.ingest_key = last_line(ingest)
+        self.decide_key = last_line(decide)
 
     def start(self, timeout: float = 30.0) -> None:
         log = self.log.open("ab")
