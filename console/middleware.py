@@ -54,6 +54,7 @@ class ContentSecurityPolicyMiddleware(ResponseMiddleware):
 
 
 API_PREFIX = "/api/v1/"
+SCIM_PREFIX = "/scim/v2/"
 
 
 def _api_error_body(request, response):
@@ -158,6 +159,11 @@ def database_unavailable_response(request, exception):
     if request.path.startswith(API_PREFIX):
         body = {"code": error.code, "message": error.message, "details": error.details}
         response = JsonResponse({"error": body}, status=error.status)
+    elif request.path.startswith(SCIM_PREFIX):  # SCIM clients read SCIM's error shape
+        from scim2_models import Error as ScimError
+
+        body = ScimError(status=error.status, detail=error.message).model_dump()
+        response = JsonResponse(body, status=error.status, content_type="application/scim+json")
     else:
         page = render_to_string("503.html", {"retry_after": error.retry_after})
         response = HttpResponse(page, status=error.status)

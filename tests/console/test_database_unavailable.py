@@ -47,6 +47,22 @@ def test_an_api_call_answers_the_json_error_with_retry_after(ingest_a, monkeypat
     }
 
 
+def test_scim_answers_scims_error_shape(tenant_a, monkeypatch):
+    from console import selectors_scim
+
+    key = make_key(tenant_a, scopes=("scim",))
+    monkeypatch.setattr(selectors_scim, "users", _refused)
+    response = Client().get("/scim/v2/Users", headers={"Authorization": f"Bearer {key}"})
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    assert response["Content-Type"] == "application/scim+json"
+    assert response.json() == {
+        "schemas": ["urn:ietf:params:scim:api:messages:2.0:Error"],
+        "status": "503",
+        "detail": "the database is unreachable; retry later",
+    }
+
+
 def test_raw_psycopg_errors_are_503_too(tenant_a, monkeypatch):
     def lost(*args, **kwargs):
         raise psycopg.OperationalError("consuming input failed: server closed the connection")
