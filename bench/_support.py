@@ -110,6 +110,30 @@ def provision(
     return slug, outs[1].strip().splitlines()[-1].strip()
 
 
+def provision_principal(
+    principal: str, *, role: str, password: str | None = None, key_scope: str | None = None
+) -> tuple[str, str, str | None]:
+    """A fresh tenant with an ingest key and one principal (`{slug}` in its id is the tenant),
+    optionally with a password and a key of `key_scope` bound to it: (slug, ingest key, the
+    principal's key or None)."""
+    slug = f"bench-{secrets.token_hex(4)}"
+    principal = principal.replace("{slug}", slug)
+    create = ["create_principal", "--tenant", slug, principal, "--role", role]
+    if password:
+        create += ["--password", password]
+    commands = [
+        ("create_tenant", slug, "--name", f"Benchmark {slug}"),
+        ("create_api_key", "--tenant", slug, "--name", "bench", "--scope", "ingest"),
+        tuple(create),
+    ]
+    if key_scope:
+        commands.append(("create_api_key", "--tenant", slug, "--name", f"bench {key_scope}",
+                         "--scope", key_scope, "--principal", principal))  # fmt: skip
+    outs = manage_batch(*commands)
+    ingest, *bound = (outs[i].strip().splitlines()[-1].strip() for i in (1, 3) if i < len(outs))
+    return slug, ingest, bound[0] if bound else None
+
+
 def free_port() -> int:
     """A free TCP port in BENCH_PORTS (default 8100-8199)."""
     low, high = (int(p) for p in os.environ.get("BENCH_PORTS", "8100-8199").split("-"))

@@ -44,15 +44,9 @@ def percentile(values: list[float], q: float) -> float:
 
 def provision() -> tuple[str, str]:
     """A tenant, a reviewer and two keys: (ingest key, decide key bound to the reviewer)."""
-    slug = f"bench-{secrets.token_hex(4)}"
-    outs = _support.manage_batch(
-        ("create_tenant", slug),
-        ("create_api_key", "--tenant", slug, "--name", "bench", "--scope", "ingest"),
-        ("create_principal", "--tenant", slug, "reviewer@bench", "--role", "reviewer"),
-        ("create_api_key", "--tenant", slug, "--name", "bench-decider", "--scope", "decide",
-         "--principal", "reviewer@bench"),
-    )  # fmt: skip
-    ingest, decide = (outs[i].strip().splitlines()[-1].strip() for i in (1, 3))
+    _slug, ingest, decide = _support.provision_principal(
+        "reviewer@bench", role="reviewer", key_scope="decide"
+    )
     return ingest, decide
 
 

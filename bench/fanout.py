@@ -241,11 +241,9 @@ def main() -> None:
     procs = support.size("BENCH_FANOUT_PROCS", 2, 2)
     singles = support.size("BENCH_FANOUT_SINGLES", 20, 5)
     support.migrate()
-    slug, key = support.provision(
-        scopes="ingest",
-        then=[("create_principal", "--tenant", "{slug}", "reviewer-{slug}@bench.example",
-               "--password", PASSWORD, "--role", "reviewer")],
-    )  # fmt: skip
+    slug, key, _ = support.provision_principal(
+        "reviewer-{slug}@bench.example", role="reviewer", password=PASSWORD
+    )
     env = support.server_env(SESSION_COOKIE_SECURE="0", CSRF_COOKIE_SECURE="0")
     headers = {"Authorization": f"Bearer {key}"}
     with support.daphne(env) as first, support.daphne(env) as second:

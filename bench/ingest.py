@@ -388,15 +388,9 @@ def bench_rules(count: int, *, deciding: bool) -> list[dict]:
 def rules_tenant(base: str, rules: list[dict]) -> str:
     """A fresh tenant with these rules (made through the API by a lead's manage key); returns
     its ingest key."""
-    slug = f"bench-{secrets.token_hex(4)}"
-    outs = _support.manage_batch(
-        ("create_tenant", slug),
-        ("create_api_key", "--tenant", slug, "--name", "bench", "--scope", "ingest"),
-        ("create_principal", "--tenant", slug, "bench-lead", "--role", "lead"),
-        ("create_api_key", "--tenant", slug, "--name", "rules", "--scope", "manage",
-         "--principal", "bench-lead"),
-    )  # fmt: skip
-    key, manage_key = (outs[i].strip().splitlines()[-1].strip() for i in (1, 3))
+    _slug, key, manage_key = _support.provision_principal(
+        "bench-lead", role="lead", key_scope="manage"
+    )
     headers = {"Authorization": f"Bearer {manage_key}"}
     with httpx.Client(base_url=base, headers=headers, timeout=60) as client:
         for body in rules:

@@ -170,11 +170,9 @@ async def measure(base: str, key: str, cookie: str, pid: int) -> dict:
 def main() -> None:
     support.database_url()
     support.migrate()
-    slug, key = support.provision(
-        scopes="ingest",
-        then=[("create_principal", "--tenant", "{slug}", "reviewer-{slug}@bench.example",
-               "--password", PASSWORD, "--role", "reviewer")],
-    )  # fmt: skip
+    slug, key, _ = support.provision_principal(
+        "reviewer-{slug}@bench.example", role="reviewer", password=PASSWORD
+    )
     reviewer = f"reviewer-{slug}@bench.example"
     env = support.server_env(SESSION_COOKIE_SECURE="0", CSRF_COOKIE_SECURE="0")
     layer = "Redis pub/sub" if os.environ.get("REDIS_URL") else "in-memory"
