@@ -46,6 +46,36 @@ def next_attempt(*, attempts: int, now: datetime) -> datetime | None:
     return now + timedelta(seconds=BACKOFF_SECONDS[attempts - 1])
 
 
+def post(client, url: str, *, content: bytes, headers: dict) -> tuple[int | None, str]:
+    """One HTTP attempt of an outbox row: (status code or None, error or "" when 2xx)."""
+    import httpx
+
+    try:
+        response = client.post(url, content=content, headers=headers)
+    except httpx.HTTPError as exc:
+        return None, f"{type(exc).__name__}: {exc}"[:1000]
+    if 200 <= response.status_code < 300:
+        return response.status_code, ""
+    return response.status_code, f"HTTP {response.status_code}"
+
+
+def attempt_fields(
+    *, attempts: int, status_code: int | None, error: str, now: datetime, delivered, failed
+) -> dict:
+    """The row's fields after one more attempt (`attempts`: those before it): `delivered` on
+    success, `failed` after the last one, else the next attempt's time."""
+    attempts += 1
+    fields = {"attempts": attempts, "last_status_code": status_code, "last_error": error}
+    retry_at = next_attempt(attempts=attempts, now=now)
+    if not error:
+        fields.update(status=delivered, delivered_at=now)
+    elif retry_at is None:
+        fields.update(status=failed)
+    else:
+        fields.update(next_attempt_at=retry_at)
+    return fields
+
+
 @dataclass(frozen=True)
 class Sender:
     name: str  # what the sweep reports: "webhook deliveries", "emails"

@@ -49,25 +49,14 @@ def _claim(row: SlackResponse, now) -> bool:
 def _post(row: SlackResponse, client: httpx.Client) -> tuple[int | None, str]:
     body = json.dumps(row.body, separators=(",", ":")).encode()
     headers = {"Content-Type": "application/json", "User-Agent": "Gavel-Slack/1"}
-    try:
-        response = client.post(row.url, content=body, headers=headers)
-    except httpx.HTTPError as exc:
-        return None, f"{type(exc).__name__}: {exc}"[:1000]
-    if 200 <= response.status_code < 300:
-        return response.status_code, ""
-    return response.status_code, f"HTTP {response.status_code}"
+    return outbox.post(client, row.url, content=body, headers=headers)
 
 
 def _record(row: SlackResponse, status_code, error: str, now) -> None:
-    attempts = row.attempts + 1
-    fields = {"attempts": attempts, "last_status_code": status_code, "last_error": error}
-    retry_at = outbox.next_attempt(attempts=attempts, now=now)
-    if not error:
-        fields.update(status=SlackResponseStatus.DELIVERED, delivered_at=now)
-    elif retry_at is None:
-        fields.update(status=SlackResponseStatus.FAILED)
-    else:
-        fields.update(next_attempt_at=retry_at)
+    fields = outbox.attempt_fields(
+        attempts=row.attempts, status_code=status_code, error=error, now=now,
+        delivered=SlackResponseStatus.DELIVERED, failed=SlackResponseStatus.FAILED,
+    )  # fmt: skip
     SlackResponse.objects.filter(pk=row.pk).update(**fields)
 
 

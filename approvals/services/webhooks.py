@@ -327,25 +327,14 @@ def _post(delivery, client) -> tuple[int | None, str]:
             secret=delivery.webhook.secret, body=body, timestamp=int(time.time())
         ),
     }
-    try:
-        response = client.post(delivery.webhook.url, content=body, headers=headers)
-    except httpx.HTTPError as exc:
-        return None, f"{type(exc).__name__}: {exc}"[:1000]
-    if 200 <= response.status_code < 300:
-        return response.status_code, ""
-    return response.status_code, f"HTTP {response.status_code}"
+    return outbox.post(client, delivery.webhook.url, content=body, headers=headers)
 
 
 def _record(delivery, status_code, error, now) -> None:
-    attempts = delivery.attempts + 1
-    fields = {"attempts": attempts, "last_status_code": status_code, "last_error": error}
-    retry_at = outbox.next_attempt(attempts=attempts, now=now)
-    if not error:
-        fields.update(status=DeliveryStatus.DELIVERED, delivered_at=now)
-    elif retry_at is None:
-        fields.update(status=DeliveryStatus.FAILED)
-    else:
-        fields.update(next_attempt_at=retry_at)
+    fields = outbox.attempt_fields(
+        attempts=delivery.attempts, status_code=status_code, error=error, now=now,
+        delivered=DeliveryStatus.DELIVERED, failed=DeliveryStatus.FAILED,
+    )  # fmt: skip
     # Still pending: a webhook deleted meanwhile gave the delivery up, and that stands.
     WebhookDelivery.objects.filter(pk=delivery.pk, status=DeliveryStatus.PENDING).update(**fields)
 
