@@ -19,6 +19,7 @@ from approvals.services.expiry import approvals_expire_due
 from budgets.spend import run_costs
 from console import access
 from console.errors import Forbidden
+from runs.models import runs_verdicts
 
 SECRET_KEY_RE = re.compile(
     r"(pass(word|wd|phrase)?|secret|token|api[-_]?key|auth|credential|private[-_]?key|cookie"
@@ -83,13 +84,14 @@ def _pickup(approval) -> str | None:
     return "resumed" if approval.delivered_at else "waiting"
 
 
-def _run_facts(run) -> dict:
+def _run_facts(run, verdicts: dict) -> dict:
+    """What a card shows of its run; `verdicts`: runs.models.runs_verdicts by run pk."""
     limits = run.limits or {}
     ceiling = limits.get("costCeilingMinorUnits", limits.get("cost_ceiling_minor_units"))
     verdicts = [
         {"turn": turn, **v}
-        for turn, v in sorted((run.verdicts or {}).items())
-        if isinstance(v, dict) and v.get("verdict") in ("flagged", "blocked")
+        for turn, v in sorted(verdicts.get(run.pk, {}).items())
+        if v["verdict"] in ("flagged", "blocked")
     ]
     taint = run.taint_summary or {}
     return {
@@ -111,9 +113,11 @@ def _costs(approvals) -> dict:
     return run_costs(runs=[a.run for a in approvals])
 
 
-def _card(approval, viewer, *, refusal, notice, costs=None) -> dict:
+def _card(approval, viewer, *, refusal, notice, costs=None, verdicts=None) -> dict:
     if costs is None:
         costs = _costs([approval])
+    if verdicts is None:
+        verdicts = runs_verdicts([approval.run_id])
     now = timezone.now()
     pending = approval.status == ApprovalStatus.PENDING
     arguments = approval.decided_arguments if approval.decided_arguments is not None else None
@@ -137,7 +141,7 @@ def _card(approval, viewer, *, refusal, notice, costs=None) -> dict:
         # "Always approve calls like this": a rule editor prefilled from this call.
         "can_make_rule": viewer is not None and access.can(viewer, "manage_rules"),
         "notice": notice,
-        **_run_facts(approval.run),
+        **_run_facts(approval.run, verdicts),
         "budgets": costs[approval.run_id]["budgets"],
     }
 
@@ -214,19 +218,25 @@ def inbox_for(*, viewer, filters: dict | None = None) -> list[dict]:
     for approval in rows:
         groups.setdefault((approval.run_id, approval.step), []).append(approval)
     costs = _costs(rows)
+    verdicts = runs_verdicts({a.run_id for a in rows})
     return [
-        group_context(approvals=items, viewer=viewer, costs=costs)["group"]
+        group_context(approvals=items, viewer=viewer, costs=costs, verdicts=verdicts)["group"]
         for items in groups.values()
     ]
 
 
-def group_context(*, approvals, viewer, costs: dict | None = None) -> dict:
+def group_context(
+    *, approvals, viewer, costs: dict | None = None, verdicts: dict | None = None
+) -> dict:
     """The context of `approvals/group.html`: one run's step, its cards and the bulk form.
-    `costs`: budgets.spend.run_costs by run pk, when the caller renders many groups."""
+    `costs`: budgets.spend.run_costs by run pk, and `verdicts`: runs.models.runs_verdicts by
+    run pk, when the caller renders many groups."""
     first = approvals[0]
     costs = costs if costs is not None else _costs(approvals)
+    if verdicts is None:
+        verdicts = runs_verdicts({a.run_id for a in approvals})
     cards = [
-        _card(a, viewer, refusal=_refusal(viewer, a), notice=None, costs=costs)
+        _card(a, viewer, refusal=_refusal(viewer, a), notice=None, costs=costs, verdicts=verdicts)
         for a in sorted(approvals, key=lambda a: (a.position, a.pk))
     ]
     return {

@@ -86,10 +86,8 @@ class Run(models.Model):
     steps = models.PositiveIntegerField(default=0)
     last_seq = models.PositiveBigIntegerField(default=0)
     todos = models.JSONField(default=list)
-    verdicts = models.JSONField(default=dict)  # turn -> {verdict, guard, reason}: the widest held
     taint_summary = models.JSONField(null=True, blank=True)
     promoted_tools = models.JSONField(null=True, blank=True)
-    trace_ids = models.JSONField(default=list)
     result = models.JSONField(null=True, blank=True)
     ended_by_tool = models.CharField(max_length=255, null=True, blank=True)
     finish_reason = models.CharField(max_length=64, null=True, blank=True)
@@ -216,6 +214,59 @@ class Verdict(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["run", "turn"], name="verdict_turn")]
+
+
+class TurnVerdict(models.Model):
+    """The verdict a turn of a run holds: the widest recorded (on equal severity the earlier
+    stands). The run's `verdicts` (`run_verdicts`). One row per turn, widened in place by one
+    upsert per unit of work (`runs.services.writes.turn_verdicts_widen`), so a long run's
+    batches cost the same: nothing per run is rewritten."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="turn_verdicts")
+    turn = models.CharField(max_length=32)
+    severity = models.PositiveSmallIntegerField()  # VERDICT_SEVERITY of `verdict`
+    verdict = models.CharField(max_length=16)
+    guard = models.CharField(max_length=255, blank=True)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "turn"], name="turnverdict_unique")]
+
+
+class RunTrace(models.Model):
+    """A trace id a run reported (a step's, an outcome's), once each, in the order first seen
+    (by id): the run's trace ids (`run_trace_ids`). Added by `INSERT ... ON CONFLICT DO
+    NOTHING` (`runs.services.writes.run_traces_add`)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="traces")
+    trace_id = models.CharField(max_length=255)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "trace_id"], name="runtrace_unique")]
+
+
+def run_verdicts(run: Run) -> dict:
+    """turn -> {verdict, guard, reason}: the verdict each turn holds, turns in the order first
+    recorded (one query)."""
+    return runs_verdicts([run.pk]).get(run.pk, {})
+
+
+def runs_verdicts(run_pks) -> dict[int, dict]:
+    """`run_verdicts` of many runs in one query: run pk -> turn -> verdict (runs without any
+    are left out)."""
+    found: dict[int, dict] = {}
+    rows = TurnVerdict.objects.filter(run_id__in=list(run_pks)).order_by("run_id", "id")
+    for run_id, turn, verdict, guard, reason in rows.values_list(
+        "run_id", "turn", "verdict", "guard", "reason"
+    ):
+        found.setdefault(run_id, {})[turn] = {"verdict": verdict, "guard": guard, "reason": reason}
+    return found
+
+
+def run_trace_ids(run: Run) -> list[str]:
+    """The run's trace ids in the order first reported (one query)."""
+    rows = RunTrace.objects.filter(run=run).order_by("id")
+    return list(rows.values_list("trace_id", flat=True))
 
 
 class RunEvent(models.Model):

@@ -18,14 +18,17 @@ from budgets.spend import run_costs
 from console import access
 from console.errors import Invalid
 from console.schemas import cursor_pk
-from runs.models import Run
+from runs.models import Run, run_verdicts, runs_verdicts
 
 RUN_RELATED = ("agent", "principal", "conversation")
 
 
-def run_resource(*, run: Run, pending: list[Approval] | None = None, costs=None) -> dict:
+def run_resource(
+    *, run: Run, pending: list[Approval] | None = None, costs=None, verdicts=None
+) -> dict:
     """The run resource (snake_case; runs.schemas.RunOut maps it to the wire). `costs`: the
-    pending calls' cost beside them (budgets.spend.run_costs, by run pk), for lists."""
+    pending calls' cost beside them (budgets.spend.run_costs, by run pk), and `verdicts`: the
+    runs' verdicts (runs.models.runs_verdicts, by run pk), for lists."""
     if pending is None:
         pending = list(_pending_of([run.pk]).get(run.pk, []))
     if pending and costs is None:
@@ -48,7 +51,7 @@ def run_resource(*, run: Run, pending: list[Approval] | None = None, costs=None)
         "steps": run.steps,
         "last_seq": run.last_seq,
         "todos": run.todos or [],
-        "verdicts": run.verdicts or {},
+        "verdicts": run_verdicts(run) if verdicts is None else verdicts.get(run.pk, {}),
         "taint_summary": run.taint_summary,
         "pending_calls": [
             approval_resource(a, run_id=run.external_id, costs=costs) for a in pending
@@ -137,7 +140,11 @@ def runs_list(
     runs = runs[:limit]
     pending = _pending_of([r.pk for r in runs])
     costs = run_costs(runs=[r for r in runs if pending.get(r.pk)])
+    verdicts = runs_verdicts(r.pk for r in runs)
     return {
-        "items": [run_resource(run=r, pending=pending.get(r.pk, []), costs=costs) for r in runs],
+        "items": [
+            run_resource(run=r, pending=pending.get(r.pk, []), costs=costs, verdicts=verdicts)
+            for r in runs
+        ],
         "next_cursor": cursor_encode(runs[-1]) if more else None,
     }

@@ -15,7 +15,7 @@ from pydantic.alias_generators import to_camel
 from approvals.models import DECIDED, Approval, ApprovalStatus
 from approvals.schemas import decision_wire
 from approvals.services.expiry import approvals_expire_due
-from runs.models import Handoff, Run, RunStatus, snapshot_current_state
+from runs.models import Handoff, Run, RunStatus, run_verdicts, snapshot_current_state
 
 STATUS_TO_STATE = {RunStatus.DONE: "completed"}
 
@@ -53,8 +53,9 @@ def _from_snapshot(run: Run, state: dict) -> dict:
     out = dict(state)
     out["pendingApprovals"] = [p for p in pending if p["toolCallId"] not in decided]
     out["decisions"] = [decision_item(a) for a in sorted(decided.values(), key=_decision_order)]
-    if run.verdicts:  # widen-only: what the console holds, never less than the snapshot said
-        out["verdicts"] = dict(run.verdicts)
+    verdicts = run_verdicts(run)
+    if verdicts:  # widen-only: what the console holds, never less than the snapshot said
+        out["verdicts"] = verdicts
     if state.get("pendingSubRuns"):
         out["pendingSubRuns"] = [_sub_run(run, e) for e in state["pendingSubRuns"]]
     return out
@@ -108,8 +109,9 @@ def _optional(run: Run, pending: list[Approval]) -> dict:
         extra["userId"] = run.principal.external_id
     if run.todos:
         extra["todos"] = run.todos
-    if run.verdicts:
-        extra["verdicts"] = run.verdicts
+    verdicts = run_verdicts(run)
+    if verdicts:
+        extra["verdicts"] = verdicts
     if run.taint_summary is not None:
         extra["taintSummary"] = run.taint_summary
     if run.promoted_tools is not None:

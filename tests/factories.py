@@ -6,7 +6,7 @@ from django.utils import timezone
 from approvals.models import Approval
 from console.models import DEFAULT_ROLES, Principal, Role, Tenant
 from console.services import api_key_create
-from runs.models import Agent, Conversation, Run
+from runs.models import VERDICT_SEVERITY, Agent, Conversation, Run, RunTrace, TurnVerdict
 
 
 class TenantFactory(factory.django.DjangoModelFactory):
@@ -69,6 +69,7 @@ class ConversationFactory(factory.django.DjangoModelFactory):
 class RunFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = Run
+        skip_postgeneration_save = True  # the hooks add rows of their own, not fields
 
     tenant = factory.SubFactory(TenantFactory)
     external_id = factory.Sequence(lambda n: f"run_{n:06d}")
@@ -77,6 +78,20 @@ class RunFactory(factory.django.DjangoModelFactory):
     current_agent_id = factory.LazyAttribute(lambda o: o.agent.external_id)
     principal = factory.SubFactory(PrincipalFactory, tenant=factory.SelfAttribute("..tenant"))
     started_at = factory.LazyFunction(timezone.now)
+
+    @factory.post_generation
+    def verdicts(run, create, extracted, **kwargs):
+        """`verdicts={turn: {verdict, guard, reason}}`: the verdicts the run's turns hold."""
+        for turn, v in (extracted or {}).items():
+            TurnVerdict.objects.create(
+                run=run, turn=turn, severity=VERDICT_SEVERITY[v["verdict"]], **v
+            )
+
+    @factory.post_generation
+    def trace_ids(run, create, extracted, **kwargs):
+        """`trace_ids=[...]`: the run's trace ids, in order."""
+        for trace_id in extracted or ():
+            RunTrace.objects.create(run=run, trace_id=trace_id)
 
 
 class ApprovalFactory(factory.django.DjangoModelFactory):

@@ -16,7 +16,15 @@ from approvals.selectors import CARD_RELATED, group_context
 from approvals.services.expiry import approvals_expire_due
 from console import access
 from console.errors import NotFound
-from runs.models import Handoff, Message, Step, ToolResult, Verdict
+from runs.models import (
+    Handoff,
+    Message,
+    Step,
+    ToolResult,
+    Verdict,
+    run_trace_ids,
+    run_verdicts,
+)
 
 LONG_TEXT = 1200  # characters before a text is collapsed into <details>
 LONG_JSON_LINES = 30
@@ -49,6 +57,7 @@ def run_header_context(*, viewer, run) -> dict:
     return {
         "run": run,
         "roles": run.role_ids or [],
+        "trace_ids": run_trace_ids(run),
         "sub_runs": sub_runs,
         "input": _content_view(run.input) if run.input is not None else None,
         "result": _content_view(run.result) if run.result is not None else None,
@@ -227,8 +236,7 @@ def run_verdicts_context(*, viewer, run) -> dict:
         history.setdefault(row.turn, []).append(row)
     verdicts = [
         {"turn": turn, **v, "history": history.get(turn, [])}
-        for turn, v in sorted((run.verdicts or {}).items(), key=lambda kv: _turn_key(kv[0]))
-        if isinstance(v, dict)
+        for turn, v in sorted(run_verdicts(run).items(), key=lambda kv: _turn_key(kv[0]))
     ]
     taint = run.taint_summary if isinstance(run.taint_summary, dict) else {}
     return {

@@ -15,7 +15,6 @@ from console.errors import Forbidden
 from console.models import Principal, Tenant
 from console.services import _get_or_create, principal_ensure
 from runs.models import (
-    VERDICT_SEVERITY,
     Agent,
     AgentVersion,
     Conversation,
@@ -111,8 +110,8 @@ def step_finish_usage(
         new = {f: getattr(row, f) for f in USAGE_FIELDS}
         _usage_apply(w, row=row, model=row.model, usage=new, steps=1)
         run.steps = max(run.steps, step)
-        if trace_id and w.trace_id_add(trace_id):
-            w.touch("trace_ids")
+        if trace_id:
+            w.trace_id_add(trace_id)
         w.touch(*USAGE_FIELDS, "usage_by_model", "steps", what="usage")
         w.what.add("steps")
         return row
@@ -224,9 +223,9 @@ def verdict_record(
     reason: str = "",
     at: datetime | None = None,
     writes: RunWrites | None = None,
-) -> dict:
+) -> None:
     """Widen-only: the row is always added; the run keeps the most severe verdict per turn
-    (on equal severity, the earlier one stands). Returns the verdict the turn now holds."""
+    (on equal severity, the earlier one stands: `run_verdicts`)."""
     with run_unit(run, writes) as w:
         w.verdicts.append(
             {
@@ -238,22 +237,14 @@ def verdict_record(
                 "created_at": at or w.now,
             }
         )
-        return verdict_widen(w, turn=turn, verdict=verdict, guard=guard, reason=reason)
+        verdict_widen(w, turn=turn, verdict=verdict, guard=guard, reason=reason)
 
 
-def verdict_widen(w: RunWrites, *, turn: str, verdict: str, guard: str, reason: str) -> dict:
-    """The run's verdict for `turn` after this one (the row is the caller's: events have it
-    from their log, see runs.services.ingest)."""
-    run = w.run
-    if run.verdicts is None:
-        run.verdicts = {}
-    held = run.verdicts.get(turn)
-    if held is None or VERDICT_SEVERITY[verdict] > VERDICT_SEVERITY[held["verdict"]]:
-        held = {"verdict": verdict, "guard": guard or "", "reason": reason or ""}
-        run.verdicts[turn] = held  # in place: a long run holds many turns
-        w.touch("verdicts")
+def verdict_widen(w: RunWrites, *, turn: str, verdict: str, guard: str, reason: str) -> None:
+    """The run's verdict for `turn` widens to this one (the row of every verdict is the
+    caller's: events have it from their log, see runs.services.ingest)."""
+    w.verdict_widen(turn=turn, verdict=verdict, guard=guard, reason=reason)
     w.what.add("verdicts")
-    return held
 
 
 def taint_replace(*, run: Run, taint_summary: dict | None, writes: RunWrites | None = None):

@@ -62,8 +62,9 @@ def _invocation(w: RunWrites, outcome: RunOutcomeIn) -> None:
     """The invocation's steps, trace ids and summed usage (added once, under its model)."""
     run = w.run
     run.steps += outcome.steps
-    run.trace_ids = [*run.trace_ids, *(t for t in outcome.trace_ids if t not in run.trace_ids)]
-    w.touch("steps", "trace_ids", what="steps")
+    for trace_id in outcome.trace_ids:
+        w.trace_id_add(trace_id)
+    w.touch("steps", what="steps")
     usage = outcome.usage.model_dump()
     if any(usage.values()) or outcome.steps:
         usage_add(run=run, model=_model(run, outcome), usage=usage, steps=outcome.steps, writes=w)

@@ -31,11 +31,14 @@ from budgets.services import budgets_usage_recorded
 from console import realtime
 from console.models import Tenant
 from runs.models import (
+    VERDICT_SEVERITY,
     Handoff,
     Message,
     Run,
+    RunTrace,
     Step,
     ToolResult,
+    TurnVerdict,
     UsageAdjustment,
     UsageDaily,
     Verdict,
@@ -89,19 +92,25 @@ class RunWrites:
         self.usage_adjustments: list[dict] = []  # UsageAdjustment rows (usage of no step)
         self._next_message: int | None = None
         self._next_handoff: int | None = None
-        self._trace_ids: set[str] | None = None
+        self.turn_verdicts: dict[str, dict] = {}  # turn -> the widest verdict of this unit
+        self.trace_ids: dict[str, None] = {}  # trace ids of this unit, in order, once each
         self._days: dict = {}  # moment -> rollup day (one zone lookup per unit)
 
-    def trace_id_add(self, trace_id: str) -> bool:
-        """Append a trace id the run does not hold yet (a set keeps this O(1) per step)."""
-        if self._trace_ids is None:
-            self.run.trace_ids = list(self.run.trace_ids or [])
-            self._trace_ids = set(self.run.trace_ids)
-        if trace_id in self._trace_ids:
-            return False
-        self._trace_ids.add(trace_id)
-        self.run.trace_ids.append(trace_id)
-        return True
+    def trace_id_add(self, trace_id: str) -> None:
+        """The run reported this trace id: added at flush unless the run holds it already."""
+        self.trace_ids[trace_id] = None
+
+    def verdict_widen(self, *, turn: str, verdict: str, guard: str, reason: str) -> None:
+        """The turn holds this verdict unless it holds a wider one, or one as wide recorded
+        earlier (in this unit: here; before it: the upsert at flush decides)."""
+        held = self.turn_verdicts.get(turn)
+        if held is None or VERDICT_SEVERITY[verdict] > held["severity"]:
+            self.turn_verdicts[turn] = {
+                "severity": VERDICT_SEVERITY[verdict],
+                "verdict": verdict,
+                "guard": guard or "",
+                "reason": reason or "",
+            }
 
     def touch(self, *fields: str, what: str | None = None) -> None:
         self.dirty.update(fields)
@@ -182,6 +191,8 @@ class RunWrites:
             (UsageAdjustment, self.usage_adjustments),
         ):
             rows_insert(model, rows)
+        turn_verdicts_widen(run_id=run.pk, verdicts=self.turn_verdicts)
+        run_traces_add(run_id=run.pk, trace_ids=list(self.trace_ids))
         _usage_daily_add(tenant_id=run.tenant_id, rows=self.usage)
         if self.usage:  # thresholds this usage reaches: alerts in this transaction
             budgets_usage_recorded(run=run, days={k[0] for k, d in self.usage.items() if d[2] > 0})
@@ -345,6 +356,49 @@ def _usage_daily_add(*, tenant_id: int, rows: dict) -> None:
     sql += f"ON CONFLICT (tenant_id, day, principal_id, agent_id, model) DO UPDATE SET {adds}"
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+
+
+def turn_verdicts_widen(*, run_id: int, verdicts: dict[str, dict]) -> None:
+    """Each turn's verdict row takes the given verdict when it is wider than the one held (on
+    equal severity the held one stands): one upsert (PostgreSQL and SQLite), whatever the run
+    holds already. Rows go in turn order (a stable lock order)."""
+    if not verdicts:
+        return
+    table = connection.ops.quote_name(TurnVerdict._meta.db_table)
+    columns = ("severity", "verdict", "guard", "reason")
+    for chunk in _chunks(sorted(verdicts.items()), 500):
+        params = []
+        for turn, held in chunk:
+            params += [run_id, turn, *(held[c] for c in columns)]
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(chunk))
+        sets = ", ".join(f"{c} = excluded.{c}" for c in columns)
+        # Identifiers come from the model; every value is a parameter.
+        sql = (
+            f"INSERT INTO {table} (run_id, turn, {', '.join(columns)}) VALUES {values} "  # noqa: S608
+            f"ON CONFLICT (run_id, turn) DO UPDATE SET {sets} "
+            f"WHERE {table}.severity < excluded.severity"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+
+
+def run_traces_add(*, run_id: int, trace_ids: list[str]) -> None:
+    """Add the trace ids the run does not hold yet, in the given order: one insert that skips
+    those held (PostgreSQL and SQLite)."""
+    table = connection.ops.quote_name(RunTrace._meta.db_table)
+    for chunk in _chunks(trace_ids, 1000):
+        values = ", ".join(["(%s, %s)"] * len(chunk))
+        params = [v for trace_id in chunk for v in (run_id, trace_id)]
+        # Identifiers come from the model; every value is a parameter.
+        sql = f"INSERT INTO {table} (run_id, trace_id) VALUES {values} "  # noqa: S608
+        sql += "ON CONFLICT (run_id, trace_id) DO NOTHING"
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+
+
+def _chunks(items: list, size: int):
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def usage_day(*, tenant: Tenant, at: datetime):

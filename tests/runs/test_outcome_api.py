@@ -4,7 +4,7 @@ import pytest
 
 from approvals.models import Approval
 from approvals.services.decisions import approval_decide
-from runs.models import Message, Run, UsageDaily
+from runs.models import Message, Run, UsageDaily, run_trace_ids
 from tests.runs.states import RUNS, outcome, outcome_url, pending_call, text, usage
 
 pytestmark = pytest.mark.django_db
@@ -81,7 +81,7 @@ def snapshot(run_id="run_o"):
         "usage": run.usage,
         "by_model": run.usage_by_model,
         "steps": run.steps,
-        "trace_ids": run.trace_ids,
+        "trace_ids": run_trace_ids(run),
         "messages": Message.objects.filter(run=run).count(),
         "approvals": sorted(Approval.objects.filter(run=run).values_list("tool_call_id", "status")),
         "rollup": sorted(UsageDaily.objects.values_list("input_tokens", "steps")),
@@ -118,7 +118,7 @@ def test_paused_then_decisions_then_done_ends_the_run_with_the_right_usage(
     assert run["pendingCalls"] == []
     assert Message.objects.filter(run__external_id="run_o").count() == 5
     held = Run.objects.get(external_id="run_o")
-    assert held.trace_ids == ["tr_1", "tr_2", "tr_3"]
+    assert run_trace_ids(held) == ["tr_1", "tr_2", "tr_3"]
     assert sum(UsageDaily.objects.values_list("input_tokens", flat=True)) == 150
     statuses = dict(Approval.objects.values_list("tool_call_id", "status"))
     assert statuses == {"c1": "approved", "c2": "denied"}  # decided calls stay decided

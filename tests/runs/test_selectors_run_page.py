@@ -45,7 +45,6 @@ def page_run(tenant_a):
             "2:1": {"verdict": "blocked", "guard": "pii", "reason": "an address"},
             "2:0": {"verdict": "flagged", "guard": "pii", "reason": "an email"},
             "final": {"verdict": "allowed", "guard": "tone", "reason": "fine"},
-            "3:0": "not a verdict",
         },
         taint_summary={"untrustedInput": True, "exfil": False},
         started_at=start,

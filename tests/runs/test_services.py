@@ -7,8 +7,9 @@ import pytest
 from approvals.models import Approval
 from approvals.services.requests import approvals_cancel_pending, approvals_request
 from console.errors import Conflict, Forbidden
-from runs.models import Handoff, Message, Step, UsageDaily, Verdict
+from runs.models import Handoff, Message, Step, UsageDaily, Verdict, run_trace_ids, run_verdicts
 from runs.services import common
+from runs.services.writes import RunWrites
 from tests.factories import RunFactory
 
 pytestmark = pytest.mark.django_db
@@ -53,11 +54,49 @@ def test_step_reported_finished_again_counts_only_the_difference(run):
 def test_verdicts_widen_only_and_rows_are_only_added(run):
     common.verdict_record(run=run, turn="1:0", verdict="flagged", guard="pii", reason="email")
     common.verdict_record(run=run, turn="1:0", verdict="allowed", guard="pii", reason="ok")
-    assert run.verdicts["1:0"]["verdict"] == "flagged"
+    assert run_verdicts(run)["1:0"]["verdict"] == "flagged"
+    common.verdict_record(run=run, turn="1:0", verdict="flagged", guard="x", reason="later")
+    assert run_verdicts(run)["1:0"]["reason"] == "email"  # equal severity: the earlier stands
     common.verdict_record(run=run, turn="1:0", verdict="blocked", guard="pii", reason="ssn")
-    run.refresh_from_db()
-    assert run.verdicts == {"1:0": {"verdict": "blocked", "guard": "pii", "reason": "ssn"}}
-    assert Verdict.objects.filter(run=run).count() == 3
+    assert run_verdicts(run) == {"1:0": {"verdict": "blocked", "guard": "pii", "reason": "ssn"}}
+    assert Verdict.objects.filter(run=run).count() == 4
+
+
+def test_verdicts_of_one_unit_widen_per_turn_against_what_the_run_holds(run):
+    common.verdict_record(run=run, turn="2:0", verdict="flagged", guard="g", reason="held")
+    w = RunWrites(run)
+    for turn, verdict, reason in [
+        ("2:0", "allowed", "narrower than held"),
+        ("2:0", "flagged", "as wide as held"),
+        ("3:0", "flagged", "first"),
+        ("3:0", "blocked", "wider"),
+        ("3:0", "blocked", "as wide, later"),
+        ("1:0", "allowed", "new turn"),
+    ]:
+        common.verdict_record(
+            run=run, turn=turn, verdict=verdict, guard="g", reason=reason, writes=w
+        )
+    w.flush()
+    assert run_verdicts(run) == {
+        "2:0": {"verdict": "flagged", "guard": "g", "reason": "held"},
+        "3:0": {"verdict": "blocked", "guard": "g", "reason": "wider"},
+        "1:0": {"verdict": "allowed", "guard": "g", "reason": "new turn"},
+    }
+    assert Verdict.objects.filter(run=run).count() == 7
+
+
+def test_trace_ids_are_kept_once_each_in_the_order_first_reported(run):
+    for step, trace in enumerate(["t1", "t2", "t1", "t3"], start=1):
+        common.step_finish_usage(
+            run=run, step=step, model="m", usage=usage(1, 1, 1), trace_id=trace
+        )
+    w = RunWrites(run)
+    for step, trace in enumerate(["t3", "t4", "t4", "t2"], start=5):
+        common.step_finish_usage(
+            run=run, step=step, model="m", usage=usage(1, 1, 1), trace_id=trace, writes=w
+        )
+    w.flush()
+    assert run_trace_ids(run) == ["t1", "t2", "t3", "t4"]
 
 
 def test_messages_append_in_order_across_calls(run):

@@ -22,6 +22,7 @@ from approvals.models import Approval, ApprovalStatus
 from console.models import Principal
 from console.services import tenant_create
 from runs.models import (
+    VERDICT_SEVERITY,
     Agent,
     AgentVersion,
     Conversation,
@@ -30,8 +31,10 @@ from runs.models import (
     Run,
     RunEvent,
     RunStatus,
+    RunTrace,
     Step,
     ToolResult,
+    TurnVerdict,
     UsageDaily,
     Verdict,
 )
@@ -151,7 +154,19 @@ class Seeder:
         # Stories first (they fill in the runs' totals), then the runs, then their rows:
         # bulk_create takes each child's run id from its (by then saved) run.
         runs = [self._run() for _ in range(n)]
-        rows = {model: [] for model in (Step, Message, ToolResult, Handoff, Verdict, Approval)}
+        rows = {
+            model: []
+            for model in (
+                Step,
+                Message,
+                ToolResult,
+                Handoff,
+                Verdict,
+                TurnVerdict,
+                RunTrace,
+                Approval,
+            )
+        }
         events = []
         for run in runs:
             events += Story(self, run, rows).tell()
@@ -295,7 +310,7 @@ class Story:
         held["input_tokens"] += usage["inputTokens"]
         held["output_tokens"] += usage["outputTokens"]
         held["cost_minor_units"] += usage["costMinorUnits"]
-        run.trace_ids = [*run.trace_ids, trace]
+        self.rows[RunTrace].append(RunTrace(run=run, trace_id=trace))
         run.steps = number
 
     def tool_result(self, step: int, call_id: str, tool: str) -> None:
@@ -367,7 +382,16 @@ class Story:
         self.rows[Verdict].append(
             Verdict(run=self.run, turn=turn, verdict=verdict, guard=guard, reason=reason)
         )
-        self.run.verdicts = {turn: {"verdict": verdict, "guard": guard, "reason": reason}}
+        self.rows[TurnVerdict].append(  # one verdict per turn: the one it holds
+            TurnVerdict(
+                run=self.run,
+                turn=turn,
+                severity=VERDICT_SEVERITY[verdict],
+                verdict=verdict,
+                guard=guard,
+                reason=reason,
+            )
+        )
 
     def finish(self, steps: int) -> None:
         run = self.run
