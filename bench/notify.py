@@ -41,9 +41,9 @@ from bench.live import PASSWORD, admit, ms, pct, sign_in, socket
 TRIALS = support.size("BENCH_NOTIFY_TRIALS", 100, 10)
 BATCH_EVERY = float(os.environ.get("BENCH_NOTIFY_BATCH_EVERY", "1.0"))
 SWEEP_NICE = int(os.environ.get("BENCH_NOTIFY_SWEEP_NICE", "0"))  # the sweep's niceness
-BATCH = 500
-RECIPIENTS = 50
-WARMUP_S = 2.0  # the background runs this long before the first trial
+BATCH = support.size("BENCH_NOTIFY_BATCH", 500, 100)
+RECIPIENTS = support.size("BENCH_NOTIFY_RECIPIENTS", 50, 10)
+WARMUP_S = support.size("BENCH_NOTIFY_WARMUP_S", 2.0, 0.5)  # the background runs before the trials
 DRAIN_S = support.size("BENCH_NOTIFY_DRAIN_S", 10.0, 2.0)  # after the trials: the sweep catching up
 P50_TARGET, P99_TARGET = 0.015, 0.050
 CARD = re.compile(r'<code class="tool-name">(bench_tool_\d+)<')  # approvals/card.html
