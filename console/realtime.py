@@ -95,9 +95,19 @@ class _PublisherLoop:
 _pending_tasks: set = set()
 
 
-def _send(group: str, message: dict) -> None:
+async def _publish(layer, groups: list[str], message: dict) -> None:
+    """One message to several groups, concurrently (one layer round trip, not one each)."""
+    results = await asyncio.gather(
+        *(layer.group_send(group, message) for group in groups), return_exceptions=True
+    )
+    for group, result in zip(groups, results, strict=True):
+        if isinstance(result, BaseException):
+            log.warning("channel layer publish to %s failed", group, exc_info=result)
+
+
+def _send(groups: list[str], message: dict) -> None:
     layer = get_channel_layer()
-    if layer is None:
+    if layer is None or not groups:
         return
     try:
         running = asyncio.get_running_loop()
@@ -105,16 +115,18 @@ def _send(group: str, message: dict) -> None:
         running = None
     try:
         if running is not None:  # async code: never block the loop
-            task = running.create_task(layer.group_send(group, message))
+            task = running.create_task(_publish(layer, groups, message))
             _pending_tasks.add(task)
             task.add_done_callback(_sent)
             return
+        # Sync code (a view's thread): one hop to the server's loop for every group. It waits
+        # for the send, so one thread's events reach the layer in the order they happened.
         loop = _outer_loop() or _PublisherLoop.get()
-        asyncio.run_coroutine_threadsafe(layer.group_send(group, message), loop).result(
+        asyncio.run_coroutine_threadsafe(_publish(layer, groups, message), loop).result(
             SEND_TIMEOUT
         )
     except Exception:  # the layer is lossy by design: a lost hint delays, never loses
-        log.warning("channel layer publish to %s failed", group, exc_info=True)
+        log.warning("channel layer publish to %s failed", ", ".join(groups), exc_info=True)
 
 
 def _sent(task) -> None:
@@ -128,11 +140,7 @@ def publish_on_commit(groups: list[str], message: dict) -> None:
 
     message = {**message, "id": secrets.token_hex(8)}  # one event, however many groups
 
-    def send():
-        for group in groups:
-            _send(group, message)
-
-    transaction.on_commit(send)
+    transaction.on_commit(lambda: _send(groups, message))
 
 
 # What services call (on commit). Consumers decide what to re-render from these facts.
@@ -167,8 +175,9 @@ def approvals_changed(*, run, approval_ids: list[str], change: str) -> None:
         "principal": run.principal_id,
         "selfApproval": run.tenant.allow_self_approval if _loaded(run, "tenant") else None,
     }
+    # The run's group first: the held decisions long-poll listens there.
     publish_on_commit(
-        [inbox_group(run.tenant_id), run_group(run.tenant_id, run.external_id)], message
+        [run_group(run.tenant_id, run.external_id), inbox_group(run.tenant_id)], message
     )
 
 

@@ -217,7 +217,7 @@ def test_one_budgets_changed_per_batch_with_usage_ids_and_facts_only(
         assert api.post(f"/api/v1/runs/{RUN}/events", {"events": events}).status_code == 200
         todos = {"seq": 7, "type": "todos.updated", "todos": []}
         assert api.post(f"/api/v1/runs/{RUN}/events", {"events": [todos]}).status_code == 200
-    sent = [(group, message) for (group, message), _ in send.call_args_list]
+    sent = [(g, message) for (groups, message), _ in send.call_args_list for g in groups]
     changed = [(g, m) for g, m in sent if m["type"] == "budgets.changed"]
     today = rules.local_today(timezone.now(), rules.zone(tenant_a.time_zone)).isoformat()
     assert len(changed) == 1

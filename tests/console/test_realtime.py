@@ -117,3 +117,34 @@ async def test_an_event_heard_while_the_state_is_sent_comes_right_after_it(
     await post_events(api, {"seq": 2, "type": "todos.updated", "todos": todos})
     assert 'id="run-todos"' in (await frames_until(socket, has("Heard later")))[-1]
     await socket.disconnect()
+
+
+def test_a_sync_publish_sends_every_group_in_one_hop_concurrently(monkeypatch):
+    """A sync caller (a view's thread) hands one message for all its groups to the loop at once:
+    the groups are sent concurrently, and a group the layer refuses is logged, not fatal."""
+    layer = get_channel_layer()
+    started, finished = [], []
+
+    async def group_send(group, message):
+        started.append(group)
+        await asyncio.sleep(0.05)  # a slow layer: sequential sends would take 0.15 s
+        if group == "g.bad":
+            raise ConnectionError("refused")
+        finished.append((group, message["n"]))
+
+    monkeypatch.setattr(layer, "group_send", group_send)
+    loop = asyncio.get_event_loop_policy().new_event_loop()
+    monkeypatch.setattr(realtime._PublisherLoop, "loop", loop)
+    import threading
+    import time
+
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    try:
+        t = time.perf_counter()
+        realtime._send(["g.run", "g.bad", "g.inbox"], {"n": 1})
+        took = time.perf_counter() - t
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+    assert started == ["g.run", "g.bad", "g.inbox"]  # in the order given: the run's first
+    assert sorted(finished) == [("g.inbox", 1), ("g.run", 1)]
+    assert took < 0.12  # concurrent: about one send's time, not three

@@ -196,7 +196,7 @@ def test_layer_messages_carry_ids_and_facts_never_content(
         django_capture_on_commit_callbacks(execute=True),
     ):
         _admit(tenant_a)
-    for (_group, message), _ in send.call_args_list:
+    for (_groups, message), _ in send.call_args_list:
         assert set(message) <= {"type", "id", "tenant", "run", "seq", "prev", "what"}
         json.dumps(message)
 
