@@ -18,7 +18,7 @@ from approvals.schemas import (
 )
 from approvals.selectors import approvals_list
 from approvals.services.decisions import UNSET, approval_decide, approvals_announce_delivered
-from approvals.services.delivery import DECISION_RECHECK_SECONDS, decisions_answer
+from approvals.services.delivery import DECISION_RECHECK_SECONDS, decisions_answer_async
 from budgets.spend import run_costs
 from console import access, realtime
 from console.auth import browser_session, decide_auth, ingest_auth_held
@@ -83,7 +83,7 @@ async def _wait_for_decisions(*, run, after, wait: float) -> dict:
             final = loop.time() >= deadline
             # Each read takes a connection and gives it back (to the pool): a held poll
             # holds none while it sleeps.
-            answer = await released(decisions_answer)(run=run, after=after, deliver=final)
+            answer = await decisions_answer_async(run=run, after=after, deliver=final)
             if answer.body is not None:
                 _announce_later(run=run, approval_ids=answer.newly_delivered)
                 return answer.body

@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 
 from approvals.services.rules import rules_cache_clear
-from console import ratelimit
+from console import adb, ratelimit
 from tests.factories import PrincipalFactory, TenantFactory, make_key
 
 
@@ -48,6 +48,23 @@ def _no_session_left_on_the_test_database(django_db_setup, django_db_blocker):
 def _fresh_rate_limits():
     ratelimit.reset()
     yield
+
+
+@pytest.fixture(autouse=True)
+def _async_reads_see_what_the_test_wrote(request, settings):
+    """console/adb.py reads on connections of its own, which see only committed rows: a test
+    whose writes stay in its rolled-back transaction reads through the ORM (the fallback);
+    a transactional test (`django_db(transaction=True)`) takes the async path, as a server
+    does. Its idle connections end with the test's loop (a kept session would block the next
+    test's flush or the database's drop)."""
+    marker = request.node.get_closest_marker("django_db")
+    committed = "transactional_db" in request.fixturenames or bool(
+        marker and (marker.kwargs.get("transaction") or (marker.args and marker.args[0]))
+    )
+    if not committed:
+        settings.GAVEL_ASYNC_READS = False
+    yield
+    adb.discard_all()
 
 
 @pytest.fixture(autouse=True)

@@ -93,6 +93,23 @@ def approval_decide(
     return approval
 
 
+def mark_delivered_sql(*, run_id: int, approval_pks=None, now=None) -> tuple[str, list]:
+    """The pickup's one UPDATE ... RETURNING public_id (shared by the ORM path below and the
+    long-poll's async read, approvals/services/delivery.py)."""
+    quote = connection.ops.quote_name
+    table, pk = quote(Approval._meta.db_table), quote(Approval._meta.pk.column)
+    # Identifiers come from the model; every value is a parameter.
+    sql = (
+        f"UPDATE {table} SET delivered_at = %s WHERE run_id = %s "  # noqa: S608
+        "AND decided_at IS NOT NULL AND delivered_at IS NULL"
+    )
+    params = [now or timezone.now(), run_id]
+    if approval_pks is not None:
+        sql += f" AND {pk} IN ({', '.join(['%s'] * len(approval_pks))})"
+        params += list(approval_pks)
+    return sql + " RETURNING public_id", params
+
+
 def approvals_mark_delivered(*, run, approvals=None, announce: bool = True) -> list[str]:
     """The runtime picked up the run's decided calls (it read decisions, or posted an event
     for the run): reviewers see "runtime resumed". `approvals`: only these (the long-poll
@@ -103,19 +120,10 @@ def approvals_mark_delivered(*, run, approvals=None, announce: bool = True) -> l
     `approvals_announce_delivered` (the long-poll does, once its answer is on its way)."""
     if approvals is not None and not approvals:
         return []
-    quote = connection.ops.quote_name
-    table, pk = quote(Approval._meta.db_table), quote(Approval._meta.pk.column)
-    # Identifiers come from the model; every value is a parameter.
-    sql = (
-        f"UPDATE {table} SET delivered_at = %s WHERE run_id = %s "  # noqa: S608
-        "AND decided_at IS NOT NULL AND delivered_at IS NULL"
-    )
-    params = [timezone.now(), run.pk]
-    if approvals is not None:
-        sql += f" AND {pk} IN ({', '.join(['%s'] * len(approvals))})"
-        params += [a.pk for a in approvals]
+    pks = None if approvals is None else [a.pk for a in approvals]
+    sql, params = mark_delivered_sql(run_id=run.pk, approval_pks=pks)
     with connection.cursor() as cursor:
-        cursor.execute(sql + " RETURNING public_id", params)
+        cursor.execute(sql, params)
         ids = [public_id for (public_id,) in cursor.fetchall()]
     if not ids:
         return []
