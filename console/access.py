@@ -9,7 +9,7 @@ to) or an ApiKey (a runtime, or a `decide` / `manage` key acting as its bound pr
 
 from fnmatch import fnmatchcase
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Exists, OuterRef, QuerySet, Subquery
 
 from approvals.models import Approval, Rule, RuleVersion, Webhook
 from budgets.models import OVERRIDE_TOOL, Budget
@@ -349,8 +349,9 @@ def approval_for_decider(*, viewer: Viewer, approval_id: str):
     approval = (
         Approval.objects.select_related("run", "run__tenant")
         .filter(tenant_id=viewer.tenant_id, public_id=approval_id)
+        .annotate(mirrored=Exists(Approval.objects.filter(mirror_of=OuterRef("pk"))))
         .first()
-    )
+    )  # `mirrored`: whether deciding it must look for its mirrors (settle.py)
     if approval is None:
         raise NotFound(f"no approval '{approval_id}'", code="approval_not_found")
     may_decide(viewer, approval)

@@ -9,11 +9,11 @@ the parked child's call are the same call and are settled together.
 """
 
 from django.db import transaction
-from django.db.models import Max, Subquery, Value
+from django.db.models import Exists, Max, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from approvals.models import Approval, ApprovalStatus
+from approvals.models import Approval, ApprovalStatus, Webhook
 from approvals.services.webhooks import webhooks_approval_decided
 from console import realtime
 from console.services import audit
@@ -23,7 +23,11 @@ from runs.models import Run
 def approval_mirror_targets(approval: Approval) -> list[Approval]:
     """Every other approval of the same held call: up the `mirror_of` chain to the sub-run's
     own approval, then every mirror of it at any depth (parent, grandparent...).
-    Each comes with `run` and `run.tenant` loaded."""
+    Each comes with `run` and `run.tenant` loaded. An approval read with its `mirrored`
+    annotation (access.approval_for_decider) that mirrors nothing and has no mirror costs no
+    query."""
+    if approval.mirror_of_id is None and getattr(approval, "mirrored", None) is False:
+        return []
     base = Approval.objects.select_related("run", "run__tenant")
     root, seen = approval, {approval.pk}
     while root.mirror_of_id and root.mirror_of_id not in seen:
@@ -37,9 +41,19 @@ def approval_mirror_targets(approval: Approval) -> list[Approval]:
     return [a for pk, a in group.items() if pk != approval.pk]
 
 
-def _lock_runs(run_ids) -> None:
-    """Lock the runs' rows in primary-key order (no deadlock with ingest, which locks runs)."""
-    list(Run.objects.select_for_update().filter(pk__in=sorted(set(run_ids))).values_list("pk"))
+def _lock_runs(run_ids) -> set[int]:
+    """Lock the runs' rows in primary-key order (no deadlock with ingest, which locks runs).
+    Returns the runs' tenants that have an active webhook (read in the same statement: a tenant
+    without one costs the decision no webhook query)."""
+    hooked = Exists(Webhook.objects.filter(tenant_id=OuterRef("tenant_id"), is_active=True))
+    rows = (
+        Run.objects.select_for_update(of=("self",))
+        .filter(pk__in=sorted(set(run_ids)))
+        .order_by("pk")
+        .annotate(hooked=hooked)
+        .values_list("tenant_id", "hooked")
+    )
+    return {tenant_id for tenant_id, has in rows if has}
 
 
 def _next_decision_seq(run_id: int):
@@ -56,7 +70,7 @@ def _next_decision_seq(run_id: int):
 
 
 def _settle_one(
-    approval, *, status, message, arguments, principal, key, rule, now, action, via
+    approval, *, status, message, arguments, principal, key, rule, now, action, via, hooked
 ) -> bool:
     """The conditional UPDATE and its audit row. True when this call won."""
     fields = {
@@ -97,7 +111,8 @@ def _settle_one(
             **({"via": via} if via else {}),
         },
     )
-    webhooks_approval_decided(approval_id=approval.pk, tenant_id=approval.tenant_id)
+    if approval.tenant_id in hooked:
+        webhooks_approval_decided(approval_id=approval.pk, tenant_id=approval.tenant_id)
     return True
 
 
@@ -111,8 +126,9 @@ def approval_settle(
     now = timezone.now()
     with transaction.atomic():
         targets = approval_mirror_targets(approval)
-        _lock_runs([approval.run_id] + [t.run_id for t in targets])
+        hooked = _lock_runs([approval.run_id] + [t.run_id for t in targets])
         common = {
+            "hooked": hooked,
             "status": status,
             "principal": principal,
             "key": key,

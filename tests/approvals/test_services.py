@@ -1,5 +1,7 @@
 """Deciding, expiring, extending and marking pickups: the services behind every path."""
 
+from unittest import mock
+
 import pytest
 from django.utils import timezone
 
@@ -253,6 +255,41 @@ def test_deciding_a_mirror_decides_the_childs_call_too(tenant_a, reviewer_a):
     assert child.decided_by == reviewer_a
     with pytest.raises(Conflict):
         approval_decide(approval=child, viewer=reviewer_a, decision="approve")
+
+
+@pytest.mark.parametrize("which", ["child", "mirror", "plain"])
+def test_a_decider_read_approval_decides_its_mirrors_without_looking_when_it_has_none(
+    tenant_a, reviewer_a, which
+):
+    """access.approval_for_decider reads whether an approval has mirrors with it: deciding a
+    call that has some (or mirrors one) decides them all; a plain call costs no mirror query."""
+    from console import access
+    from console.models import Principal
+
+    child = ApprovalFactory(run=RunFactory(tenant=tenant_a), tool_call_id="c1")
+    mirror = ApprovalFactory(
+        run=RunFactory(tenant=tenant_a),
+        tool_call_id="c1",
+        sub_run_tool_call_id="s",
+        mirror_of=child,
+    )
+    plain = ApprovalFactory(run=RunFactory(tenant=tenant_a), tool_call_id="c2")
+    target = {"child": child, "mirror": mirror, "plain": plain}[which]
+    viewer = Principal.objects.get(pk=reviewer_a.pk)
+    read = access.approval_for_decider(viewer=viewer, approval_id=target.public_id)
+    assert read.mirrored is (which == "child")
+    from approvals.services import settle
+
+    with mock.patch.object(
+        settle.Approval.objects, "select_related", wraps=settle.Approval.objects.select_related
+    ) as looked:
+        approval_decide(approval=read, viewer=viewer, decision="deny", message="no")
+    assert looked.called is (which != "plain")
+    statuses = {
+        a.pk: a.status for a in Approval.objects.filter(pk__in=[child.pk, mirror.pk, plain.pk])
+    }
+    decided = {"child": {child.pk, mirror.pk}, "mirror": {child.pk, mirror.pk}, "plain": {plain.pk}}
+    assert {pk for pk, s in statuses.items() if s == ApprovalStatus.DENIED} == decided[which]
 
 
 def test_the_expire_approvals_command_sweeps_once(approval):

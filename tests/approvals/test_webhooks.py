@@ -143,6 +143,28 @@ def test_only_subscribed_active_endpoints_of_the_tenant_hear(tenant_a, tenant_b,
     assert [d.webhook.url for d in WebhookDelivery.objects.all()] == ["https://a.example/"]
 
 
+@pytest.mark.parametrize("endpoint", ["none", "inactive", "other tenant", "active"])
+def test_a_decision_looks_for_endpoints_only_when_its_tenant_has_an_active_one(
+    tenant_a, tenant_b, reviewer_a, endpoint, monkeypatch
+):
+    """The run's lock tells whether the tenant has an active endpoint: without one, deciding
+    runs no webhook query; with one, the decision is delivered."""
+    if endpoint != "none":
+        tenant = tenant_b if endpoint == "other tenant" else tenant_a
+        made, _ = webhooks.webhook_create(tenant=tenant, url="https://x.example/")
+        Webhook.objects.filter(pk=made.pk).update(is_active=endpoint != "inactive")
+    looked = []
+    real = webhooks.webhooks_approval_decided
+    monkeypatch.setattr(
+        "approvals.services.settle.webhooks_approval_decided",
+        lambda **kw: looked.append(kw) or real(**kw),
+    )
+    approval = ApprovalFactory(run=RunFactory(tenant=tenant_a))
+    approval_decide(approval=approval, viewer=reviewer_a, decision="approve")
+    assert bool(looked) is (endpoint == "active")
+    assert WebhookDelivery.objects.exists() is (endpoint == "active")
+
+
 def test_a_stale_or_malformed_signature_is_refused():
     body = b'{"a":1}'
     old = webhooks.sign(secret="s", body=body, timestamp=1_000_000)
