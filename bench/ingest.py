@@ -230,7 +230,11 @@ DERIVED = (
     "runs_handoff",
     "runs_usageadjustment",
 )
-USAGE_KEY = ("tenant_id", "day", "principal_id", "agent_id", "model")
+# The usage rollups (table, its unique key): the console upserts into each once per batch.
+ROLLUPS = (
+    ("runs_usagedaily", ("tenant_id", "day", "principal_id", "agent_id", "model")),
+    ("runs_usagedailyby", ("tenant_id", "dimension", "day", "key")),
+)
 RUN_TOTALS = (
     "last_seq",
     "steps",
@@ -278,24 +282,29 @@ def derived_plan(dsn: str, run_pk: int, batches: int) -> list[list[tuple]]:
             for k in range(batches):
                 if chunk := rows[k * size : (k + 1) * size]:
                     plan[k].append((sql, [(None, *row) for row in chunk], 0))
-        # The rollup: one upsert per batch adding the batch's share (as the console's).
-        columns = _columns(conn, "runs_usagedaily", skip=("id",))
-        keys = [(n, k) for n, k in columns if n in USAGE_KEY]
-        sums = [(n, k) for n, k in columns if n not in USAGE_KEY]
-        (key,) = conn.execute(
-            f"SELECT {_select(keys)} FROM runs_usagedaily "  # noqa: S608
-            "WHERE tenant_id = (SELECT tenant_id FROM runs_run WHERE id = %s) "
-            "ORDER BY day DESC LIMIT 1",
-            [run_pk],
-        ).fetchall()
-        names = ", ".join(n for n, _k in keys + sums)
-        adds = ", ".join(f"{n} = runs_usagedaily.{n} + excluded.{n}" for n, _k in sums)
-        sql = (
-            f"INSERT INTO runs_usagedaily ({names}) VALUES ({_placeholders(keys + sums)}) "  # noqa: S608
-            f"ON CONFLICT ({', '.join(USAGE_KEY)}) DO UPDATE SET {adds}"
-        )
-        for k in range(batches):
-            plan[k].append((sql, [(*key, *([1] * len(sums)))], None))
+        # The rollups: per batch, one upsert per rollup table adding to the rows the console
+        # keeps for the run's tenant on its day (as the console's upserts do).
+        for table, unique in ROLLUPS:
+            columns = _columns(conn, table, skip=("id",))
+            if not columns:  # a rollup this schema does not have
+                continue
+            keys = [(n, k) for n, k in columns if n in unique]
+            sums = [(n, k) for n, k in columns if n not in unique]
+            rows = conn.execute(
+                f"SELECT {_select(keys)} FROM {table} WHERE tenant_id = "  # noqa: S608
+                "(SELECT tenant_id FROM runs_run WHERE id = %s) "
+                f"AND day = (SELECT max(day) FROM {table} WHERE tenant_id = "
+                "(SELECT tenant_id FROM runs_run WHERE id = %s))",
+                [run_pk, run_pk],
+            ).fetchall()
+            names = ", ".join(n for n, _k in keys + sums)
+            adds = ", ".join(f"{n} = {table}.{n} + excluded.{n}" for n, _k in sums)
+            sql = (
+                f"INSERT INTO {table} ({names}) VALUES ({_placeholders(keys + sums)}) "  # noqa: S608
+                f"ON CONFLICT ({', '.join(unique)}) DO UPDATE SET {adds}"
+            )
+            for k in range(batches):
+                plan[k].append((sql, [(*key, *([1] * len(sums))) for key in rows], None))
         # The run's own row: its totals, once per batch.
         total_columns = [(n, k) for n, k in _columns(conn, "runs_run") if n in RUN_TOTALS]
         (totals,) = conn.execute(
