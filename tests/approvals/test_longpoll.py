@@ -92,7 +92,7 @@ async def test_a_lost_wake_only_delays_the_answer(setup, reviewer_a, monkeypatch
     from console import realtime
 
     run, approval, headers = setup
-    monkeypatch.setattr(realtime, "_send", lambda group, message: None)
+    monkeypatch.setattr(realtime, "_send", lambda groups, message: None)
     poll = start_poll(headers, 10)
     await asyncio.sleep(0.3)
     await sync_to_async(approval_decide)(approval=approval, viewer=reviewer_a, decision="approve")
@@ -156,7 +156,7 @@ async def test_answering_tells_reviewers_the_runtime_picked_the_decision_up(
     run, approval, headers = setup
     await sync_to_async(approval_decide)(approval=approval, viewer=reviewer_a, decision="approve")
     sent = []
-    monkeypatch.setattr(realtime, "_send", lambda group, message: sent.append(message))
+    monkeypatch.setattr(realtime, "_send", lambda groups, message: sent.append(message))
     response = await start_poll(headers, 5)
     assert response.json()["decisions"][0]["approvalId"] == approval.public_id
     for _ in range(50):  # the hint follows the answer

@@ -63,7 +63,9 @@ def test_everything_leaves_only_after_commit(
     tenant_a, leads, django_capture_on_commit_callbacks, monkeypatch
 ):
     sent = []
-    monkeypatch.setattr(realtime, "_send", lambda group, message: sent.append((group, message)))
+    monkeypatch.setattr(
+        realtime, "_send", lambda groups, message: sent.extend((g, message) for g in groups)
+    )
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         budget_alert(tenant=tenant_a, recipients=leads)
         assert not sent  # nothing published inside the transaction
@@ -83,7 +85,7 @@ def test_a_principal_without_a_login_gets_the_notification_and_no_publish(
     tenant_a, monkeypatch, django_capture_on_commit_callbacks
 ):
     sent = []
-    monkeypatch.setattr(realtime, "_send", lambda group, message: sent.append(group))
+    monkeypatch.setattr(realtime, "_send", lambda groups, message: sent.extend(groups))
     bot = PrincipalFactory(tenant=tenant_a, external_id="ops-bot", email="ops@a.example")
     with django_capture_on_commit_callbacks(execute=True):
         budget_alert(tenant=tenant_a, recipients=[bot])
@@ -195,7 +197,7 @@ def test_marking_read_is_one_principals_own_and_publishes_the_bell(
     lead, admin = leads
     mine, theirs = budget_alert(tenant=tenant_a, recipients=[lead, admin])
     sent = []
-    monkeypatch.setattr(realtime, "_send", lambda group, message: sent.append(message))
+    monkeypatch.setattr(realtime, "_send", lambda groups, message: sent.append(message))
     with django_capture_on_commit_callbacks(execute=True):
         read = notification_mark_read(viewer=lead, notification_id=mine.public_id)
     assert read.read_at is not None

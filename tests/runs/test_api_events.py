@@ -119,7 +119,9 @@ def test_realtime_is_published_on_commit(
     from console import realtime
 
     sent = []
-    monkeypatch.setattr(realtime, "_send", lambda group, message: sent.append((group, message)))
+    monkeypatch.setattr(
+        realtime, "_send", lambda groups, message: sent.extend((g, message) for g in groups)
+    )
     with django_capture_on_commit_callbacks(execute=True):
         post_events(ingest_a, [*step_events(1, 1), approval_requested(4, "call_a")])
     types = [m["type"] for _, m in sent]
