@@ -14,8 +14,9 @@ so the children are derived from the run rows alone and two seedings agree):
   ~3,300 pending at 1,000,000 runs), 10% running; older runs done (85%), failed (8%) or
   aborted (7%), and 20% of them had a call held and decided (approved 70%, denied 20%,
   expired 10%); 5% of runs hold a flagged or blocked verdict;
-- the usage rollups (`runs_usagedaily`) are what ingest's additive upserts leave for those
-  steps: one row per UTC day, principal, agent and model, summed from the steps.
+- the usage rollups (`runs_usagedaily`, and `runs_usagedailyby` from them) are what ingest's
+  additive upserts leave for those steps: one row per UTC day, principal, agent and model,
+  summed from the steps.
 
 Loading is honest but fast: one transaction per tenant (all or nothing, so a tenant that
 exists is complete), `synchronous_commit` off, FK triggers off for the session
@@ -45,6 +46,7 @@ TABLES = (
     "runs_turnverdict",
     "approvals_approval",
     "runs_usagedaily",
+    "runs_usagedailyby",
 )
 BIG_LOAD_RUNS = 50_000  # from this many runs, indexes are dropped and rebuilt around the load
 
@@ -118,6 +120,7 @@ def seed(slug: str, runs: int, *, days: int = 90, say=print) -> dict:
     from console.models import Principal, Team, Tenant
     from console.services import tenant_create
     from runs.models import Agent
+    from runs.services.usage import usage_by_rebuild
 
     timings: list[tuple[str, float]] = []
     started = time.perf_counter()
@@ -400,6 +403,9 @@ def seed(slug: str, runs: int, *, days: int = 90, say=print) -> dict:
                 GROUP BY 1, 2, 3, 4, 5""",
             [tenant.time_zone, t],
         )
+        at = time.perf_counter()
+        usage_by_rebuild(tenant_id=t)  # and by one dimension, as ingest adds to both
+        timings.append(("usage rollups by dimension", time.perf_counter() - at))
         if dropped:
             for table in dict.fromkeys(table for table, _drop, _create in dropped):
                 at = time.perf_counter()

@@ -18,7 +18,7 @@ from console import access
 from console.errors import Invalid
 from console.models import Principal, Team
 from console.schemas import cursor_pk
-from runs.models import UsageDaily
+from runs.models import UsageDaily, UsageDailyBy
 
 ROW_KEYS = {
     "day": "day",
@@ -46,32 +46,52 @@ def _tables() -> dict:
     quote = connection.ops.quote_name
     return {
         "usage": quote(UsageDaily._meta.db_table),
+        "usage_by": quote(UsageDailyBy._meta.db_table),
         "principal": quote(Principal._meta.db_table),
         "members": quote(Principal.teams.through._meta.db_table),
         "team": quote(Team._meta.db_table),
     }
 
 
+# The `UsageDailyBy` dimension that answers a grouping by at most one dimension besides the
+# day: its own, the principals' for teams, and (any one: each sums every step) the models'
+# for the day alone or the totals.
+_BY_DIMENSION = {"": "model", "principal": "principal", "agent": "agent", "model": "model",
+                 "team": "principal"}  # fmt: skip
+
+
 def _usage_rows(*, tenant_id: int, first: date, last: date, dims: list[str]) -> list[tuple]:
     """One GROUP BY over the rollups of the days [first, last]; team rows through the
-    principals' memberships now (a principal in two teams counts for both)."""
+    principals' memberships now (a principal in two teams counts for both). A grouping by at
+    most one dimension besides the day reads the rollups by that dimension (`UsageDailyBy`:
+    a row per key a day), any other the full rollups (a row per principal, agent and model a
+    day)."""
     t = _tables()
-    keys = [_COLUMNS[d] for d in dims]
+    named = [d for d in dims if d != "day"]
+    if len(named) <= 1:
+        table, key = t["usage_by"], "u.key"
+        columns_of = {d: key for d in ("principal", "agent", "model")}
+        where, params = " AND u.dimension = %s", [_BY_DIMENSION[named[0] if named else ""]]
+    else:
+        table, key = t["usage"], "u.principal_id"
+        columns_of = {d: c for d, c in _COLUMNS.items() if d not in ("day", "team")}
+        where, params = "", []
+    keys = [{"day": "u.day", "team": "t.name", **columns_of}[d] for d in dims]
     columns = ", ".join([*keys, *(f"SUM(u.{s})" for s in SUMS)])
-    sql = f"SELECT {columns} FROM {t['usage']} u"  # noqa: S608
+    sql = f"SELECT {columns} FROM {table} u"  # noqa: S608
     if "team" in dims:
         sql += (
             f" LEFT JOIN {t['principal']} p ON p.tenant_id = u.tenant_id"
-            f" AND p.external_id = u.principal_id AND u.principal_id <> ''"
+            f" AND p.external_id = {key} AND {key} <> ''"
             f" LEFT JOIN {t['members']} pt ON pt.principal_id = p.id"
             f" LEFT JOIN {t['team']} t ON t.id = pt.team_id"
         )
-    sql += " WHERE u.tenant_id = %s AND u.day >= %s AND u.day <= %s"
+    sql += f" WHERE u.tenant_id = %s{where} AND u.day >= %s AND u.day <= %s"
     if keys:
         sql += f" GROUP BY {', '.join(keys)}"
-    # Identifiers come from the models and the fixed map above; values are parameters.
+    # Identifiers come from the models and the fixed maps above; values are parameters.
     with connection.cursor() as cursor:
-        cursor.execute(sql, [tenant_id, first, last])
+        cursor.execute(sql, [tenant_id, *params, first, last])
         return cursor.fetchall()
 
 

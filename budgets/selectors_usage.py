@@ -116,7 +116,8 @@ def _row_view(dimension: str, row: dict, *, total_cost: int, currency: str) -> d
 
 
 def _day_series(rows: list[dict], usage: UsageRange) -> tuple[list[str], list[int]]:
-    by_day = {row["key"]: row["cost_minor_units"] for row in rows}
+    """Every day of the range and its cost, from the report's rows."""
+    by_day = {row["day"]: row["cost_minor_units"] for row in rows}
     labels, values = [], []
     day = usage.date_from
     while day <= usage.date_to:
@@ -126,9 +127,10 @@ def _day_series(rows: list[dict], usage: UsageRange) -> tuple[list[str], list[in
     return labels, values
 
 
-def _bar_series(rows: list[dict]) -> tuple[list[str], list[int]]:
+def _bar_series(dimension: str, rows: list[dict]) -> tuple[list[str], list[int]]:
+    """The BARS costliest keys of the report's rows, and the rest as one bar."""
     shown, rest = rows[:BARS], rows[BARS:]
-    labels = [row["label"] for row in shown]
+    labels = [_key_label(dimension, row.get(selectors.ROW_KEYS[dimension])) for row in shown]
     values = [row["cost_minor_units"] for row in shown]
     if rest:
         labels.append(f"{len(rest)} others")
@@ -148,15 +150,17 @@ def usage_breakdown_context(*, viewer, dimension: str, usage: UsageRange) -> dic
     )
     currency = report["currency"]
     total_cost = report["totals"]["cost_minor_units"]
+    found = report["rows"]
+    if dimension == "day":
+        found = sorted(found, key=lambda row: row["day"])
+        labels, values = _day_series(found, usage)
+    else:
+        labels, values = _bar_series(dimension, found)
+    # Only the rows the table lists are formatted (a tenant may have thousands of principals).
     rows = [
         _row_view(dimension, row, total_cost=total_cost, currency=currency)
-        for row in report["rows"]
+        for row in found[:TABLE_ROWS]
     ]
-    if dimension == "day":
-        rows.sort(key=lambda row: row["key"])
-        labels, values = _day_series(rows, usage)
-    else:
-        labels, values = _bar_series(rows)
     totals = report["totals"]
     days = (usage.date_to - usage.date_from).days + 1
     return {
@@ -165,10 +169,10 @@ def usage_breakdown_context(*, viewer, dimension: str, usage: UsageRange) -> dic
             "dom_id": f"usage-{dimension}",
             "title": DIMENSION_TITLES[dimension],
             "key_header": KEY_HEADERS[dimension],
-            "rows": rows[:TABLE_ROWS],
-            "more_rows": max(0, len(rows) - TABLE_ROWS),
-            "row_count": len(rows),
-            "others": max(0, len(rows) - BARS) if dimension != "day" else 0,
+            "rows": rows,
+            "more_rows": max(0, len(found) - TABLE_ROWS),
+            "row_count": len(found),
+            "others": max(0, len(found) - BARS) if dimension != "day" else 0,
             "totals": {
                 "cost": money(totals["cost_minor_units"], currency),
                 "cost_minor_units": totals["cost_minor_units"],
