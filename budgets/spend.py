@@ -71,13 +71,17 @@ def _window_sums(windows: list[tuple], t: dict, *, otherwise: str) -> tuple[str,
     return ", ".join(sums), params
 
 
-def _window_where(tenant_id: int, windows: list[tuple]) -> tuple[str, list]:
-    """The WHERE clause and its parameters: the tenant, the dimensions the windows' scopes
-    read (an index range each) and the days every window lies in."""
-    dimensions = sorted({_scope_dimension(w[1]) for w in windows})
-    marks = ", ".join(["%s"] * len(dimensions))
-    sql = f"WHERE tenant_id = %s AND dimension IN ({marks}) AND day >= %s AND day < %s"
-    return sql, [tenant_id, *dimensions, min(w[2] for w in windows), max(w[3] for w in windows)]
+def _window_where(tenant_id: int, windows: list[tuple], t: dict) -> tuple[str, list]:
+    """The WHERE clause and its parameters: the tenant, the days every window lies in, and
+    the rows of the windows' scopes only (a principal's budget reads its principal's rows,
+    not every principal's)."""
+    scopes: dict[str, list] = {}
+    for _key, budget, *_days in windows:
+        sql, params = _scope_sql(budget, t)
+        scopes.setdefault(f"({sql})", params)
+    where = "WHERE tenant_id = %s AND day >= %s AND day < %s AND (" + " OR ".join(scopes) + ")"
+    days = [min(w[2] for w in windows), max(w[3] for w in windows)]
+    return where, [tenant_id, *days, *(p for params in scopes.values() for p in params)]
 
 
 def spend_in_windows(*, tenant_id: int, windows: list[tuple]) -> dict:
@@ -91,7 +95,7 @@ def spend_in_windows(*, tenant_id: int, windows: list[tuple]) -> dict:
     sums, params = _window_sums(windows, t, otherwise=" ELSE 0")
     # Identifiers come from the models, conditions from the fixed forms above; values are
     # parameters.
-    where, where_params = _window_where(tenant_id, windows)
+    where, where_params = _window_where(tenant_id, windows, t)
     sql = f"SELECT {sums} FROM {t['usage']} {where}"  # noqa: S608
     params += where_params
     with connection.cursor() as cursor:
@@ -114,7 +118,7 @@ def spend_per_day_in_windows(*, tenant_id: int, windows: list[tuple]) -> dict:
     sums, params = _window_sums(windows, t, otherwise="")
     # As in spend_in_windows: identifiers from the models, values as parameters. A window
     # without usage on a day sums no row (NULL), so only its days with usage are answered.
-    where, where_params = _window_where(tenant_id, windows)
+    where, where_params = _window_where(tenant_id, windows, t)
     sql = f"SELECT day, {sums} FROM {t['usage']} {where} GROUP BY day ORDER BY day"  # noqa: S608
     params += where_params
     with connection.cursor() as cursor:

@@ -515,3 +515,32 @@ def test_seed_usage_refuses_bad_input_and_writes_nothing(db):
         with pytest.raises(CommandError):
             call_command("seed_usage", tenant="seeded", **{"steps": 10, **options})
     assert not Tenant.objects.filter(slug="seeded").exists()
+
+
+@pytest.mark.parametrize("dimension", ["principal", "agent", "model", "team"])
+def test_usage_top_is_the_reports_first_rows_in_its_order(tenant_a, lead_a, team, dimension):
+    from budgets import selectors
+
+    now = today(tenant_a)
+    other = Team.objects.create(tenant=tenant_a, name="Zebra")
+    PrincipalFactory(tenant=tenant_a, external_id="b@x").teams.add(other)
+    for n, (principal, agent, model, cost) in enumerate(
+        [
+            ("b@x", "B", "m2", 30),
+            ("a@x", "a", "m1", 30),
+            ("", "", "", 30),
+            ("Ä@x", "Ä", "m3", 5),
+            ("lead@a.example", "z", "m1", 30),
+            ("c@x", "c", "M", 1),
+        ]
+    ):
+        usage(tenant_a, day=now - timedelta(days=n % 2), principal=principal, agent=agent,
+              model=model, cost=cost)  # fmt: skip
+    span = {"viewer": lead_a, "date_from": now - timedelta(days=3), "date_to": now}
+    report = selectors.usage_report(**span, group_by=[dimension])
+    for limit in (1, 3, 10):
+        top = selectors.usage_top(**span, dimension=dimension, limit=limit)
+        assert top["rows"] == report["rows"][:limit], limit  # ties by key, none last
+        assert top["row_count"] == len(report["rows"])
+        assert top["rows_cost"] == sum(r["cost_minor_units"] for r in report["rows"])
+        assert top["totals"] == report["totals"]
