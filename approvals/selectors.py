@@ -38,16 +38,21 @@ FILTERS = ("tool", "agent", "principal", "run")
 TYPED_FILTERS = ("principal", "run")
 CHOICES = 100  # values a select offers at most
 INBOX_PAGE = 25  # the oldest pending calls the inbox shows at once (and the rest of their steps)
-CARD_RELATED = (
-    "run",
-    "run__tenant",
-    "run__principal",
-    "run__agent",
-    "decided_by",
-    "decided_by_rule",
-    "tenant",
-    "budget_override__budget",  # who may decide an over-budget override (access.py)
-)
+# What a card reads, joined: the run (its tenant is the approval's, set by `card_rows`), the
+# run's principal and agent, an override's budget (who may decide it: access.py). Who decided
+# is prefetched: joining those two as well made PostgreSQL plan the inbox's query for 20 ms
+# (10 relations) to execute it in 0.7 ms; with these 6 it plans in about 2 ms.
+CARD_RELATED = ("run", "run__principal", "run__agent", "budget_override__budget", "tenant")
+CARD_PREFETCH = ("decided_by", "decided_by_rule")  # no query when none was decided
+
+
+def card_rows(qs) -> list[Approval]:
+    """The approvals of `qs` with what a card reads (CARD_RELATED, CARD_PREFETCH), each run's
+    tenant being its approval's."""
+    rows = list(qs.select_related(*CARD_RELATED).prefetch_related(*CARD_PREFETCH))
+    for approval in rows:
+        approval.run.tenant = approval.tenant
+    return rows
 
 
 def _looks_secret(key, value) -> bool:
@@ -160,7 +165,7 @@ def approval_card_context(*, approval, viewer, notice: str | None = None) -> dic
     for a viewer who may decide it. `notice` is shown on the card (e.g. a lost race)."""
     if approval.status == ApprovalStatus.PENDING and approval.expires_at <= timezone.now():
         approvals_expire_due(approval_ids=[approval.pk])
-    approval = Approval.objects.select_related(*CARD_RELATED).get(pk=approval.pk)
+    [approval] = card_rows(Approval.objects.filter(pk=approval.pk))
     return {"card": _card(approval, viewer, refusal=_refusal(viewer, approval), notice=notice)}
 
 
@@ -213,13 +218,13 @@ def inbox_pending(
     approvals = access.approvals_visible_to(viewer=viewer)
     approvals_expire_due(tenant_id=viewer.tenant_id)
     qs = pending_calls(inbox_filtered(approvals, filters))
-    qs = qs.select_related(*CARD_RELATED).order_by("requested_at", "position", "id")
+    qs = qs.order_by("requested_at", "position", "id")
     if limit is None:
-        return inbox_shown(viewer=viewer, approvals=list(qs))
+        return inbox_shown(viewer=viewer, approvals=card_rows(qs))
     shown: list[Approval] = []
     start, batch = 0, max(limit, 1)
     while len(shown) < limit:
-        rows = list(qs[start : start + batch])
+        rows = card_rows(qs[start : start + batch])
         shown += inbox_shown(viewer=viewer, approvals=rows)
         if len(rows) < batch:
             break
@@ -269,7 +274,7 @@ def inbox_page(*, viewer, filters: dict | None = None, size: int | None = None) 
         )
         rest = [
             a
-            for a in qs.select_related(*CARD_RELATED).order_by("requested_at", "position", "id")
+            for a in card_rows(qs.order_by("requested_at", "position", "id"))
             if (a.run_id, a.step) in steps
         ]
         rows += inbox_shown(viewer=viewer, approvals=rest)
@@ -341,15 +346,13 @@ def inbox_filter_choices(
 def step_pending_for(*, viewer, run, step) -> list[Approval]:
     """The step's pending calls this viewer may decide (for a bulk decision)."""
     qs = pending_calls(access.approvals_visible_to(viewer=viewer)).filter(run=run, step=step)
-    rows = list(qs.select_related(*CARD_RELATED).order_by("position", "id"))
+    rows = card_rows(qs.order_by("position", "id"))
     return access.decidable(viewer, rows)
 
 
 def approvals_reloaded(*, approvals) -> list[Approval]:
     """The same approvals as they now are, with what a card needs."""
-    return list(
-        Approval.objects.select_related(*CARD_RELATED).filter(pk__in=[a.pk for a in approvals])
-    )
+    return card_rows(Approval.objects.filter(pk__in=[a.pk for a in approvals]))
 
 
 # ---- For runtimes and bots (the API) --------------------------------------------------------

@@ -725,3 +725,23 @@ def test_approvals_list_is_forbidden_without_view_runs_or_decide(tenant_a, suppo
     held(support_run)
     with pytest.raises(Forbidden):
         selectors.approvals_list(viewer=PrincipalFactory(tenant=tenant_a))
+
+
+def test_card_rows_read_who_decided_without_a_query_per_card(
+    tenant_a, reviewer_a, support_run, django_assert_num_queries
+):
+    deciders = [PrincipalFactory(tenant=tenant_a) for _ in range(3)]
+    for n, principal in enumerate(deciders):
+        decided(support_run, step=n, decided_by=principal)
+    held(support_run, step=9)
+    qs = Approval.objects.filter(run=support_run).order_by("step")
+    with django_assert_num_queries(2):  # the cards and their deciders (no rule decided any)
+        rows = selectors.card_rows(qs)
+        names = [a.decided_by.external_id if a.decided_by else None for a in rows]
+        tenants = {a.run.tenant.pk for a in rows} | {a.tenant.pk for a in rows}
+        rules = [a.decided_by_rule for a in rows]
+    assert names == [p.external_id for p in deciders] + [None]
+    assert tenants == {tenant_a.pk} and rules == [None] * 4
+    with django_assert_num_queries(1):  # nothing decided: nothing prefetched
+        [pending] = selectors.card_rows(qs.filter(step=9))
+        assert pending.decided_by is None and pending.run.principal == support_run.principal
