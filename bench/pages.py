@@ -12,6 +12,12 @@
    (targets: <= 50 ms each for the large tenant, ratio <= 1.5). Seeded in bulk with set-based
    SQL (see `_manage_seed`).
 
+4. Volume: /runs/, /approvals/ (a reviewer's inbox) and /budgets/ (a lead's) first pages for a
+   tenant with 1,000,000 runs and ~20,000,000 events against one with 10,000 runs (targets:
+   <= 50 ms each at 1,000,000 runs, ratio <= 1.5), seeded by set-based SQL
+   (`bench/_volume.py`) into a database of its own (BENCH_VOLUME_DB, default
+   gavel_bench_volume), once; the two tenants' requests alternate round by round.
+
 Server time is measured in-process through Django's full stack (middleware, session, auth,
 access checks, the selectors, template rendering), DEBUG off. The baseline, in the same run and
 database, executes the page's own run-list SQL (captured from the page itself) over a plain
@@ -20,7 +26,8 @@ psycopg connection: the floor a page cannot beat. Each figure is the median of R
 The data is seeded once (`manage.py seed_demo`) into a dedicated database and reused:
 BENCH_PAGES_DB (default gavel_bench_pages) on the server of DATABASE_URL.
 Knobs (env): BENCH_PAGES_RUNS (100000), BENCH_PAGES_ROUNDS (25), BENCH_PAGES_ONLY (runs,
-budgets or manage: one part only), BENCH_USAGE_PRINCIPALS (24: principals of the usage tenants),
+budgets, manage or volume: one part only), BENCH_VOLUME_RUNS (1000000) and BENCH_VOLUME_SMALL
+(10000): the volume part's tenants, BENCH_USAGE_PRINCIPALS (24: principals of the usage tenants),
 BENCH_MANAGE_LARGE (100000,5000000: principals,audit entries of the large tenant),
 BENCH_MANAGE_SMALL (1000,10000: the same of the small one). The manage tenants are named after
 their sizes, so a small trial run seeds tenants of its own.
