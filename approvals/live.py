@@ -23,7 +23,7 @@ def _shown(*, viewer, approval_ids, filters: dict) -> list:
     mirror, and (for one who decides) a call this viewer may decide."""
     approvals = selectors.pending_calls(access.approvals_visible_to(viewer=viewer))
     qs = selectors.inbox_filtered(approvals, filters).filter(public_id__in=list(approval_ids))
-    rows = list(qs.select_related(*selectors.CARD_RELATED).order_by("position", "id"))
+    rows = selectors.card_rows(qs.order_by("position", "id"))
     return selectors.inbox_shown(viewer=viewer, approvals=rows)
 
 

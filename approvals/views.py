@@ -30,10 +30,15 @@ def inbox(request):
     viewer = request.viewer
     access.approvals_visible_to(viewer=viewer)  # Forbidden without view_runs or decide
     filters = _filters(request)
+    page = selectors.inbox_page(viewer=viewer, filters=filters)
     context = {
-        "groups": selectors.inbox_for(viewer=viewer, filters=filters),
+        "groups": page["groups"],
+        "more": page["more"],
+        "page_size": page["size"],
         "filters": filters,
-        "choices": selectors.inbox_filter_choices(viewer=viewer, filters=filters),
+        "choices": selectors.inbox_filter_choices(
+            viewer=viewer, filters=filters, calls=page["calls"]
+        ),
         "nav_active": "inbox",
     }
     if request.htmx:

@@ -12,6 +12,12 @@
    (targets: <= 50 ms each for the large tenant, ratio <= 1.5). Seeded in bulk with set-based
    SQL (see `_manage_seed`).
 
+4. Volume: /runs/, /approvals/ (a reviewer's inbox) and /budgets/ (a lead's) first pages for a
+   tenant with 1,000,000 runs and ~20,000,000 events against one with 10,000 runs (targets:
+   <= 50 ms each at 1,000,000 runs, ratio <= 1.5), seeded by set-based SQL
+   (`bench/_volume.py`) into a database of its own (BENCH_VOLUME_DB, default
+   gavel_bench_volume), once; the two tenants' requests alternate round by round.
+
 Server time is measured in-process through Django's full stack (middleware, session, auth,
 access checks, the selectors, template rendering), DEBUG off. The baseline, in the same run and
 database, executes the page's own run-list SQL (captured from the page itself) over a plain
@@ -20,7 +26,8 @@ psycopg connection: the floor a page cannot beat. Each figure is the median of R
 The data is seeded once (`manage.py seed_demo`) into a dedicated database and reused:
 BENCH_PAGES_DB (default gavel_bench_pages) on the server of DATABASE_URL.
 Knobs (env): BENCH_PAGES_RUNS (100000), BENCH_PAGES_ROUNDS (25), BENCH_PAGES_ONLY (runs,
-budgets or manage: one part only), BENCH_USAGE_PRINCIPALS (24: principals of the usage tenants),
+budgets, manage or volume: one part only), BENCH_VOLUME_RUNS (1000000) and BENCH_VOLUME_SMALL
+(10000): the volume part's tenants, BENCH_USAGE_PRINCIPALS (24: principals of the usage tenants),
 BENCH_MANAGE_LARGE (100000,5000000: principals,audit entries of the large tenant),
 BENCH_MANAGE_SMALL (1000,10000: the same of the small one). The manage tenants are named after
 their sizes, so a small trial run seeds tenants of its own.
@@ -56,15 +63,21 @@ def _bench_db_url() -> str:
 
 
 def main() -> None:
-    url = _bench_db_url()
-    _support.ensure_database(url)
-    env = _support.server_env(DATABASE_URL=url, ALLOWED_HOSTS="testserver,127.0.0.1")
-    _support.manage("migrate", "--verbosity", "0", env=env)
-    done = subprocess.run(
-        [_support.PYTHON, "-m", "bench.pages", "--measure"], cwd=_support.ROOT, env=env, check=False
-    )
-    if done.returncode:
-        sys.exit(done.returncode)
+    only = os.environ.get("BENCH_PAGES_ONLY", "")
+    children = []
+    if only != "volume":
+        children.append((_bench_db_url(), "--measure"))
+    if only in ("", "volume"):
+        children.append((_volume_db_url(), "--measure-volume"))
+    for url, flag in children:
+        _support.ensure_database(url)
+        env = _support.server_env(DATABASE_URL=url, ALLOWED_HOSTS="testserver,127.0.0.1")
+        _support.manage("migrate", "--verbosity", "0", env=env)
+        done = subprocess.run(
+            [_support.PYTHON, "-m", "bench.pages", flag], cwd=_support.ROOT, env=env, check=False
+        )
+        if done.returncode:
+            sys.exit(done.returncode)
 
 
 # --- in the child process (Django set up against the bench database) ---
@@ -500,8 +513,164 @@ def measure_manage() -> None:
           f"{os.cpu_count()} CPUs; queries large/small)")  # fmt: skip
 
 
+# --- volume: /runs/, /approvals/, /budgets/ at 1,000,000 runs and 20,000,000 events ---
+
+VOLUME_TARGET_MS, VOLUME_TARGET_RATIO = 50.0, 1.5
+
+
+def _volume_db_url() -> str:
+    parts = urlsplit(_support.database_url())
+    default = "gavel_bench_volume_quick" if _support.QUICK else "gavel_bench_volume"
+    return urlunsplit(parts._replace(path=f"/{os.environ.get('BENCH_VOLUME_DB', default)}"))
+
+
+def _volume_slug(runs: int) -> str:
+    """bench-volume-1m, -10k, -2k, -200: named after the size, so a trial run of another size
+    seeds tenants of its own."""
+    name = (
+        f"{runs // 1_000_000}m"
+        if runs % 1_000_000 == 0
+        else (f"{runs // 1000}k" if runs % 1000 == 0 else str(runs))
+    )
+    return f"bench-volume-{name}"
+
+
+def _volume_tenant(slug: str, runs: int) -> tuple[dict, float | None]:
+    """The tenant `slug` with `runs` runs (bench/_volume.py), seeded once and reused: its
+    counts, and the seeding's seconds when it was seeded now."""
+    from bench import _volume
+
+    counts = _volume.tenant_counts(slug)
+    if counts is not None:
+        if counts["runs"] != runs:
+            sys.exit(f"'{slug}' holds {counts['runs']} runs, not {runs}: drop the volume database")
+        return counts, None
+    print(f"seeding '{slug}': {runs:,} runs, ~{20 * runs:,} events (once; reused)", flush=True)
+    done = _volume.seed(slug, runs)
+    print(f"  seeded in {done['seconds']:.0f} s", flush=True)
+    return _volume.tenant_counts(slug), done["seconds"]
+
+
+def _volume_clients(slug: str) -> dict:
+    """Browser clients of the tenant: a reviewer (decides every tool) and a lead (team-0),
+    with four budgets of the tenant, made once."""
+    from django.test import Client
+
+    from budgets.services import budget_ensure
+    from console.models import Tenant
+    from console.services import principal_create
+
+    tenant = Tenant.objects.get(slug=slug)
+    for name, scope, period, ceiling in (
+        ("Tenant, monthly", {"type": "tenant", "id": None}, "month", 500_000_000),
+        ("Team 0, weekly", {"type": "team", "id": "team-0"}, "week", 50_000_000),
+        ("User 1, daily", {"type": "principal", "id": "user00001@example.com"}, "day", 20_000),
+        ("Agent 3, monthly", {"type": "agent", "id": "agent-03"}, "month", 80_000_000),
+    ):
+        budget_ensure(tenant=tenant, fields={"name": name, "scope": scope, "period": period,
+                                             "ceiling_minor_units": ceiling})  # fmt: skip
+    clients = {}
+    for role, teams in (("reviewer", []), ("lead", ["team-0"])):
+        external_id = f"{role}@{slug}.example"
+        principal = tenant.principals.filter(external_id=external_id).first()
+        if principal is None or principal.user is None:
+            principal, _ = principal_create(tenant=tenant, external_id=external_id, roles=[role],
+                                            password="bench-pass-123", teams=teams)  # fmt: skip
+        clients[role] = Client()
+        clients[role].force_login(principal.user)
+    return clients
+
+
+def _queries(client, path: str) -> tuple[int, float]:
+    """(queries, the slowest query's ms) of one GET path."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        client.get(path)
+    return len(ctx.captured_queries), max(float(q["time"]) for q in ctx.captured_queries) * 1000
+
+
+def measure_volume() -> None:
+    """/runs/ (as the reviewer), /approvals/ (the reviewer's inbox) and /budgets/ (as a lead):
+    the first page of each for the large tenant against the small one, same database."""
+    import django
+    import django.db
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    django.setup()
+    rounds = _support.size("BENCH_PAGES_ROUNDS", 25, 5)
+    large = _support.size("BENCH_VOLUME_RUNS", 1_000_000, 2_000)
+    small = _support.size("BENCH_VOLUME_SMALL", 10_000, 200)
+    tenants = {"small": (_volume_slug(small), small), "large": (_volume_slug(large), large)}
+    counts, seeded = {}, {}
+    for label, (slug, runs) in tenants.items():
+        counts[label], seeded[label] = _volume_tenant(slug, runs)
+    pages = {"/runs/": ("/runs/", "reviewer"), "/approvals/": ("/approvals/", "reviewer"),
+             "/budgets/": ("/budgets/", "lead")}  # fmt: skip
+    figures = {}
+    load_before = os.getloadavg()[0]
+    clients = {label: _volume_clients(slug) for label, (slug, _runs) in tenants.items()}
+    for page, (path, role) in pages.items():
+        # The two tenants' requests alternate, round by round: a load that comes and goes on
+        # the shared machine weighs on both alike, so their ratio holds.
+        timed = {label: ([], []) for label in tenants}
+        for label in tenants:
+            assert clients[label][role].get(path).status_code == 200, path  # warm
+        for _ in range(rounds):
+            for label in tenants:
+                started, cpu = time.perf_counter(), time.process_time()
+                response = clients[label][role].get(path)
+                timed[label][0].append((time.perf_counter() - started) * 1000)
+                timed[label][1].append((time.process_time() - cpu) * 1000)
+                assert response.status_code == 200, (path, response.status_code)
+        for label in tenants:
+            queries, slowest = _queries(clients[label][role], path)
+            walls, cpus = timed[label]
+            med = _support.median
+            figures[(page, label)] = (med(walls), med(cpus), queries, slowest)
+    load_after = os.getloadavg()[0]
+    with django.db.connection.cursor() as cur:
+        cur.execute("SELECT pg_database_size(current_database())")
+        size = cur.fetchone()[0]
+    cs, cl = counts["small"], counts["large"]
+    print(f"\nvolume: first pages, median of {rounds}, server time in-process, DEBUG off; "
+          f"large: {cl['runs']:,} runs, {cl['events']:,} events, {cl['pending']:,} pending calls; "
+          f"small: {cs['runs']:,}, {cs['events']:,}, {cs['pending']:,}; database "
+          f"{size / 2**30:.1f} GiB")  # fmt: skip
+    for label, seconds in seeded.items():
+        if seconds is not None:
+            print(f"  seeded the {label} tenant now in {seconds:.0f} s")
+    print(f"{'page':14} {'large ms':>8} {'small ms':>8} {'ratio':>6} {'large CPU':>9} "
+          f"{'small CPU':>9} {'queries':>7} {'slowest q':>9}  met")  # fmt: skip
+    verdicts = []
+    for page in pages:
+        a, b = figures[(page, "small")], figures[(page, "large")]
+        ratio = b[0] / a[0]
+        met = b[0] <= VOLUME_TARGET_MS and ratio <= VOLUME_TARGET_RATIO
+        verdicts.append(met)
+        _support.record(
+            "pages",
+            f"{page} first page, {cl['runs']:,} runs / {cl['events']:,} events, in-process",
+            f"{b[0]:.1f} ms ({b[2]} queries, CPU {b[1]:.1f} ms)",
+            baseline=f"{cs['runs']:,} runs: {a[0]:.1f} ms ({a[2]} queries, CPU {a[1]:.1f} ms)",
+            ratio=ratio,
+            target=f"≤ {VOLUME_TARGET_MS:.0f} ms, ratio ≤ {VOLUME_TARGET_RATIO}",
+            met=met,
+        )
+        print(f"{page:14} {b[0]:8.1f} {a[0]:8.1f} {ratio:6.2f} {b[1]:9.1f} {a[1]:9.1f} "
+              f"{b[2]:3d}/{a[2]:<3d} {b[3]:7.1f}ms  {'met' if met else 'MISSED'}",
+              flush=True)  # fmt: skip
+    verdict = "meets" if all(verdicts) else "MISSES"
+    print(f"{verdict} the targets: <= {VOLUME_TARGET_MS:.0f} ms each for the large tenant, "
+          f"ratio <= {VOLUME_TARGET_RATIO} (load average {load_before:.1f} -> {load_after:.1f} "
+          f"on {os.cpu_count()} CPUs; queries large/small)")  # fmt: skip
+
+
 if __name__ == "__main__":
     if "--measure" in sys.argv:
         measure()
+    elif "--measure-volume" in sys.argv:
+        measure_volume()
     else:
         main()

@@ -18,7 +18,7 @@ from console import access
 from console.errors import Invalid
 from console.models import Principal, Team
 from console.schemas import cursor_pk
-from runs.models import UsageDaily
+from runs.models import UsageDaily, UsageDailyBy
 
 ROW_KEYS = {
     "day": "day",
@@ -46,32 +46,78 @@ def _tables() -> dict:
     quote = connection.ops.quote_name
     return {
         "usage": quote(UsageDaily._meta.db_table),
+        "usage_by": quote(UsageDailyBy._meta.db_table),
         "principal": quote(Principal._meta.db_table),
         "members": quote(Principal.teams.through._meta.db_table),
         "team": quote(Team._meta.db_table),
     }
 
 
-def _usage_rows(*, tenant_id: int, first: date, last: date, dims: list[str]) -> list[tuple]:
+# The `UsageDailyBy` dimension that answers a grouping by at most one dimension besides the
+# day: its own, the principals' for teams, and (any one: each sums every step) the models'
+# for the day alone or the totals.
+_BY_DIMENSION = {"": "model", "principal": "principal", "agent": "agent", "model": "model",
+                 "team": "principal"}  # fmt: skip
+
+
+def _usage_rows(
+    *, tenant_id: int, first: date, last: date, dims: list[str], top: int | None = None
+) -> list[tuple]:
     """One GROUP BY over the rollups of the days [first, last]; team rows through the
-    principals' memberships now (a principal in two teams counts for both)."""
+    principals' memberships now (a principal in two teams counts for both). A grouping by at
+    most one dimension besides the day reads the rollups by that dimension (`UsageDailyBy`:
+    a row per key a day), any other the full rollups (a row per principal, agent and model a
+    day). `top` (one dimension): only the `top` costliest rows, in `usage_report`'s order,
+    each followed by the number of rows and the sum of every row's cost."""
     t = _tables()
-    keys = [_COLUMNS[d] for d in dims]
+    named = [d for d in dims if d != "day"]
+    if len(named) <= 1:
+        table, key = t["usage_by"], "u.key"
+        columns_of = {d: key for d in ("principal", "agent", "model")}
+        where, params = " AND u.dimension = %s", [_BY_DIMENSION[named[0] if named else ""]]
+    else:
+        table, key = t["usage"], "u.principal_id"
+        columns_of = {d: c for d, c in _COLUMNS.items() if d not in ("day", "team")}
+        where, params = "", []
+    keys = [{"day": "u.day", "team": "t.name", **columns_of}[d] for d in dims]
     columns = ", ".join([*keys, *(f"SUM(u.{s})" for s in SUMS)])
-    sql = f"SELECT {columns} FROM {t['usage']} u"  # noqa: S608
+    sql = f"SELECT {columns} FROM {table} u"  # noqa: S608
+    if named == ["team"]:  # the principals' sums first: the memberships join one row each
+        day = "day, " if "day" in dims else ""
+        sums = ", ".join(f"SUM({s}) AS {s}" for s in SUMS)
+        sql = (
+            f"SELECT {columns} FROM (SELECT tenant_id, {day}key, {sums} FROM {table} "  # noqa: S608
+            "WHERE tenant_id = %s AND dimension = %s AND day >= %s AND day <= %s "
+            f"GROUP BY tenant_id, {day}key) u"
+        )
     if "team" in dims:
         sql += (
             f" LEFT JOIN {t['principal']} p ON p.tenant_id = u.tenant_id"
-            f" AND p.external_id = u.principal_id AND u.principal_id <> ''"
+            f" AND p.external_id = {key} AND {key} <> ''"
             f" LEFT JOIN {t['members']} pt ON pt.principal_id = p.id"
             f" LEFT JOIN {t['team']} t ON t.id = pt.team_id"
         )
-    sql += " WHERE u.tenant_id = %s AND u.day >= %s AND u.day <= %s"
+    if named != ["team"]:  # (the team's subquery holds its conditions)
+        sql += f" WHERE u.tenant_id = %s{where} AND u.day >= %s AND u.day <= %s"
     if keys:
         sql += f" GROUP BY {', '.join(keys)}"
-    # Identifiers come from the models and the fixed map above; values are parameters.
+    if top is not None:
+        [key_sql] = keys
+        binary = ' COLLATE "C"' if connection.vendor == "postgresql" else ""
+        # _sort_key's order: cost descending, then the key (a principal's '' and a missing
+        # team are none, last), by code point.
+        none = named[0] in ("principal", "team")
+        nones_last = f"({key_sql} IS NULL OR {key_sql} = ''), " if none else ""
+        cost = "SUM(u.cost_minor_units)"
+        sql = sql.replace(
+            f"SELECT {columns} ",
+            f"SELECT {columns}, COUNT(*) OVER (), SUM({cost}) OVER () ",
+            1,
+        )
+        sql += f" ORDER BY {cost} DESC, {nones_last}{key_sql}{binary} LIMIT {int(top)}"
+    # Identifiers come from the models and the fixed maps above; values are parameters.
     with connection.cursor() as cursor:
-        cursor.execute(sql, [tenant_id, first, last])
+        cursor.execute(sql, [tenant_id, *params, first, last])
         return cursor.fetchall()
 
 
@@ -86,6 +132,31 @@ def _key_value(dim: str, value):
 def _sort_key(row: dict):
     keys = [row.get(ROW_KEYS[d]) for d in DIMENSIONS if ROW_KEYS[d] in row]
     return (-row["cost_minor_units"], *((v is None, v or "") for v in keys))
+
+
+def usage_top(*, viewer, date_from: date, date_to: date, dimension: str, limit: int) -> dict:
+    """The `limit` first rows of `usage_report(group_by=[dimension])` (not the day), in its
+    order, with `row_count` (every row's), `rows_cost` (every row's cost: team rows may add up
+    to more than the totals) and the totals: what a page shows of a breakdown of thousands of
+    keys (principals) without reading them all."""
+    access.require_capability(viewer, "view_budgets")
+    tenant = viewer.tenant
+    found = _usage_rows(
+        tenant_id=tenant.pk, first=date_from, last=date_to, dims=[dimension], top=limit
+    )
+    rows = []
+    for key, *sums, _count, _cost in found:
+        row = {ROW_KEYS[dimension]: _key_value(dimension, key)}
+        row.update(zip(SUMS, (int(v or 0) for v in sums), strict=True))
+        rows.append(row)
+    totals_row = _usage_rows(tenant_id=tenant.pk, first=date_from, last=date_to, dims=[])[0]
+    return {
+        "currency": tenant.currency,
+        "rows": rows,
+        "row_count": int(found[0][-2]) if found else 0,
+        "rows_cost": int(found[0][-1] or 0) if found else 0,
+        "totals": {s: int(v or 0) for s, v in zip(SUMS, totals_row, strict=True)},
+    }
 
 
 def usage_report(*, viewer, date_from: date, date_to: date, group_by: list[str]) -> dict:

@@ -116,7 +116,8 @@ def _row_view(dimension: str, row: dict, *, total_cost: int, currency: str) -> d
 
 
 def _day_series(rows: list[dict], usage: UsageRange) -> tuple[list[str], list[int]]:
-    by_day = {row["key"]: row["cost_minor_units"] for row in rows}
+    """Every day of the range and its cost, from the report's rows."""
+    by_day = {row["day"]: row["cost_minor_units"] for row in rows}
     labels, values = [], []
     day = usage.date_from
     while day <= usage.date_to:
@@ -126,13 +127,17 @@ def _day_series(rows: list[dict], usage: UsageRange) -> tuple[list[str], list[in
     return labels, values
 
 
-def _bar_series(rows: list[dict]) -> tuple[list[str], list[int]]:
-    shown, rest = rows[:BARS], rows[BARS:]
-    labels = [row["label"] for row in shown]
+def _bar_series(
+    dimension: str, rows: list[dict], *, rows_cost: int, row_count: int
+) -> tuple[list[str], list[int]]:
+    """The BARS costliest keys (`rows`: the first rows of the breakdown, in order), and the
+    rest (of `row_count` rows costing `rows_cost` in all) as one bar."""
+    shown = rows[:BARS]
+    labels = [_key_label(dimension, row.get(selectors.ROW_KEYS[dimension])) for row in shown]
     values = [row["cost_minor_units"] for row in shown]
-    if rest:
-        labels.append(f"{len(rest)} others")
-        values.append(sum(row["cost_minor_units"] for row in rest))
+    if row_count > len(shown):
+        labels.append(f"{row_count - len(shown)} others")
+        values.append(rows_cost - sum(values))
     return labels, values
 
 
@@ -143,20 +148,24 @@ def usage_breakdown_context(*, viewer, dimension: str, usage: UsageRange) -> dic
     `budgets/index.html#usage-summary` (the range's totals: its report's `totals`)."""
     if dimension not in DIMENSIONS:
         raise ValueError(f"unknown dimension {dimension!r}")
-    report = selectors.usage_report(
-        viewer=viewer, date_from=usage.date_from, date_to=usage.date_to, group_by=[dimension]
-    )
+    span = {"viewer": viewer, "date_from": usage.date_from, "date_to": usage.date_to}
+    if dimension == "day":
+        report = selectors.usage_report(**span, group_by=[dimension])
+        found = sorted(report["rows"], key=lambda row: row["day"])
+        labels, values = _day_series(found, usage)
+        row_count = len(found)
+    else:  # the rows the table lists only (a tenant may have thousands of principals)
+        report = selectors.usage_top(**span, dimension=dimension, limit=max(TABLE_ROWS, BARS))
+        found, row_count = report["rows"], report["row_count"]
+        labels, values = _bar_series(
+            dimension, found, rows_cost=report["rows_cost"], row_count=row_count
+        )
     currency = report["currency"]
     total_cost = report["totals"]["cost_minor_units"]
     rows = [
         _row_view(dimension, row, total_cost=total_cost, currency=currency)
-        for row in report["rows"]
+        for row in found[:TABLE_ROWS]
     ]
-    if dimension == "day":
-        rows.sort(key=lambda row: row["key"])
-        labels, values = _day_series(rows, usage)
-    else:
-        labels, values = _bar_series(rows)
     totals = report["totals"]
     days = (usage.date_to - usage.date_from).days + 1
     return {
@@ -165,10 +174,10 @@ def usage_breakdown_context(*, viewer, dimension: str, usage: UsageRange) -> dic
             "dom_id": f"usage-{dimension}",
             "title": DIMENSION_TITLES[dimension],
             "key_header": KEY_HEADERS[dimension],
-            "rows": rows[:TABLE_ROWS],
-            "more_rows": max(0, len(rows) - TABLE_ROWS),
-            "row_count": len(rows),
-            "others": max(0, len(rows) - BARS) if dimension != "day" else 0,
+            "rows": rows,
+            "more_rows": max(0, row_count - TABLE_ROWS),
+            "row_count": row_count,
+            "others": max(0, row_count - BARS) if dimension != "day" else 0,
             "totals": {
                 "cost": money(totals["cost_minor_units"], currency),
                 "cost_minor_units": totals["cost_minor_units"],

@@ -1,6 +1,7 @@
-"""What budgets have spent: reads of the usage rollups (runs.UsageDaily) for one budget or
-many, which budgets apply to a run, and the arithmetic's inputs. Read only, and low in the
-house: the budget service (alerts, in the ingest transaction), the budget check, the budgets'
+"""What budgets have spent: reads of the usage rollups by one dimension (runs.UsageDailyBy:
+a row per principal, agent or model a day, whatever the volume) for one budget or many,
+which budgets apply to a run, and the arithmetic's inputs. Read only, and low in the house:
+the budget service (alerts, in the ingest transaction), the budget check, the budgets'
 selectors and the approvals' cards and resources all read spend through here, never from a
 scan of steps.
 """
@@ -16,7 +17,7 @@ from django.utils import timezone
 from budgets import rules
 from budgets.models import Budget
 from console.models import Principal
-from runs.models import UsageDaily
+from runs.models import UsageDailyBy
 
 SCOPE_ORDER = {"run": -1, "agent": 0, "principal": 1, "team": 2, "tenant": 3}  # narrowest first
 LIST_RELATED = ("team", "principal", "agent", "tenant")
@@ -25,26 +26,35 @@ LIST_RELATED = ("team", "principal", "agent", "tenant")
 def _tables() -> dict:
     quote = connection.ops.quote_name
     return {
-        "usage": quote(UsageDaily._meta.db_table),
+        "usage": quote(UsageDailyBy._meta.db_table),
         "principal": quote(Principal._meta.db_table),
         "members": quote(Principal.teams.through._meta.db_table),
     }
 
 
+def _scope_dimension(budget) -> str:
+    """The `UsageDailyBy` dimension a budget's scope is read from (a tenant's: the models',
+    which sum every step like any other)."""
+    return {"principal": "principal", "team": "principal", "agent": "agent"}.get(
+        budget.scope_type, "model"
+    )
+
+
 def _scope_sql(budget, t: dict) -> tuple[str, list]:
     """The rollup rows in a budget's scope, as a condition: the tenant's; its team's members'
     (now); its principal's; its agent's (the run's `agentId`)."""
+    dimension = f"dimension = '{_scope_dimension(budget)}'"
     if budget.scope_type == "principal":
-        return "principal_id = %s", [budget.principal.external_id]
+        return f"{dimension} AND key = %s", [budget.principal.external_id]
     if budget.scope_type == "agent":
-        return "agent_id = %s", [budget.agent.external_id]
+        return f"{dimension} AND key = %s", [budget.agent.external_id]
     if budget.scope_type == "team":
         members = (
             f"SELECT p.external_id FROM {t['principal']} p JOIN {t['members']} m "  # noqa: S608
             "ON m.principal_id = p.id WHERE m.team_id = %s"
         )
-        return f"principal_id IN ({members})", [budget.team_id]
-    return "1 = 1", []
+        return f"{dimension} AND key IN ({members})", [budget.team_id]
+    return dimension, []
 
 
 def _window_sums(windows: list[tuple], t: dict, *, otherwise: str) -> tuple[str, list]:
@@ -61,9 +71,17 @@ def _window_sums(windows: list[tuple], t: dict, *, otherwise: str) -> tuple[str,
     return ", ".join(sums), params
 
 
-def _window_bounds(tenant_id: int, windows: list[tuple]) -> list:
-    """The WHERE parameters: the tenant, and the days every window lies in."""
-    return [tenant_id, min(w[2] for w in windows), max(w[3] for w in windows)]
+def _window_where(tenant_id: int, windows: list[tuple], t: dict) -> tuple[str, list]:
+    """The WHERE clause and its parameters: the tenant, the days every window lies in, and
+    the rows of the windows' scopes only (a principal's budget reads its principal's rows,
+    not every principal's)."""
+    scopes: dict[str, list] = {}
+    for _key, budget, *_days in windows:
+        sql, params = _scope_sql(budget, t)
+        scopes.setdefault(f"({sql})", params)
+    where = "WHERE tenant_id = %s AND day >= %s AND day < %s AND (" + " OR ".join(scopes) + ")"
+    days = [min(w[2] for w in windows), max(w[3] for w in windows)]
+    return where, [tenant_id, *days, *(p for params in scopes.values() for p in params)]
 
 
 def spend_in_windows(*, tenant_id: int, windows: list[tuple]) -> dict:
@@ -77,11 +95,9 @@ def spend_in_windows(*, tenant_id: int, windows: list[tuple]) -> dict:
     sums, params = _window_sums(windows, t, otherwise=" ELSE 0")
     # Identifiers come from the models, conditions from the fixed forms above; values are
     # parameters.
-    sql = (
-        f"SELECT {sums} FROM {t['usage']} "  # noqa: S608
-        "WHERE tenant_id = %s AND day >= %s AND day < %s"
-    )
-    params += _window_bounds(tenant_id, windows)
+    where, where_params = _window_where(tenant_id, windows, t)
+    sql = f"SELECT {sums} FROM {t['usage']} {where}"  # noqa: S608
+    params += where_params
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
@@ -102,11 +118,9 @@ def spend_per_day_in_windows(*, tenant_id: int, windows: list[tuple]) -> dict:
     sums, params = _window_sums(windows, t, otherwise="")
     # As in spend_in_windows: identifiers from the models, values as parameters. A window
     # without usage on a day sums no row (NULL), so only its days with usage are answered.
-    sql = (
-        f"SELECT day, {sums} FROM {t['usage']} "  # noqa: S608
-        "WHERE tenant_id = %s AND day >= %s AND day < %s GROUP BY day ORDER BY day"
-    )
-    params += _window_bounds(tenant_id, windows)
+    where, where_params = _window_where(tenant_id, windows, t)
+    sql = f"SELECT day, {sums} FROM {t['usage']} {where} GROUP BY day ORDER BY day"  # noqa: S608
+    params += where_params
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()

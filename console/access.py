@@ -284,6 +284,15 @@ def _tool_refusal(principal: Principal | None, tool_name: str) -> str | None:
     return None
 
 
+def tool_decidable(principal: Principal | None, tool_name: str) -> bool:
+    """May the principal decide calls of this tool by its roles (`decidable`'s question per
+    tool)? An over-budget override is asked per call (the budget's leads): True for an active
+    principal, whom some override may name."""
+    if tool_name == OVERRIDE_TOOL:
+        return principal is not None and principal.is_active
+    return _tool_refusal(principal, tool_name) is None
+
+
 def _self_refusal(principal: Principal, run) -> str | None:
     """The part of `decide_refusal` that depends on the principal and the call's run only."""
     if run.principal_id == principal.pk and not run.tenant.allow_self_approval:

@@ -12,7 +12,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from approvals.models import ApprovalStatus
-from approvals.selectors import CARD_RELATED, group_context
+from approvals.selectors import card_rows, group_context
 from approvals.services.expiry import approvals_expire_due
 from console import access
 from console.errors import NotFound
@@ -257,7 +257,7 @@ def run_approvals_context(*, viewer, run) -> dict:
     due_ids = list(due.values_list("pk", flat=True))
     if due_ids:  # never show a call past its expiry as pending (as the inbox does)
         approvals_expire_due(approval_ids=due_ids)
-    approvals = list(held.select_related(*CARD_RELATED).order_by("requested_at", "position", "id"))
+    approvals = card_rows(held.order_by("requested_at", "position", "id"))
     cards = group_context(approvals=approvals, viewer=viewer)["group"]["cards"] if approvals else []
     order = {a.pk: i for i, a in enumerate(approvals)}
     cards.sort(key=lambda c: (not c["pending"], order[c["approval"].pk]))

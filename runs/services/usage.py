@@ -1,5 +1,6 @@
 """Rebuilding the usage rollups (`UsageDaily`) from the figures they sum: every finished Step
-and every UsageAdjustment (the usage of snapshots and outcomes that no step carries).
+and every UsageAdjustment (the usage of snapshots and outcomes that no step carries); and
+the rollups by one dimension (`UsageDailyBy`) from those.
 
 The rollup's day is the tenant-local day, so a tenant whose time zone changes must rebuild
 (in the transaction that changes it). Ingest only ever adds to rollups (one upsert per batch);
@@ -18,7 +19,15 @@ from django.utils import timezone
 
 from console.models import Principal, Tenant
 from console.services.tenant import tenant_time_zone_changed
-from runs.models import Agent, Run, Step, UsageAdjustment, UsageDaily
+from runs.models import (
+    USAGE_BY_COLUMNS,
+    Agent,
+    Run,
+    Step,
+    UsageAdjustment,
+    UsageDaily,
+    UsageDailyBy,
+)
 
 LIVE_MODELS = SimpleNamespace(
     Step=Step,
@@ -27,6 +36,7 @@ LIVE_MODELS = SimpleNamespace(
     Agent=Agent,
     Principal=Principal,
     UsageDaily=UsageDaily,
+    UsageDailyBy=UsageDailyBy,
 )
 SUMS = ("input_tokens", "output_tokens", "cost_minor_units", "steps")
 
@@ -48,10 +58,38 @@ def usage_rollups_rebuild(*, tenant: Tenant) -> int:
 
 
 def rollups_rebuild(*, tenant_id: int, zone: str, m=LIVE_MODELS) -> int:
-    """`usage_rollups_rebuild` over a set of models (`m`: the live ones, or a migration's)."""
+    """`usage_rollups_rebuild` over a set of models (`m`: the live ones, or a migration's;
+    one from before `UsageDailyBy` rebuilds `UsageDaily` only)."""
     if connection.vendor == "postgresql":
-        return _rebuild_sql(tenant_id=tenant_id, zone=zone, m=m)
-    return _rebuild_python(tenant_id=tenant_id, zone=zone, m=m)
+        rows = _rebuild_sql(tenant_id=tenant_id, zone=zone, m=m)
+    else:
+        rows = _rebuild_python(tenant_id=tenant_id, zone=zone, m=m)
+    if hasattr(m, "UsageDailyBy"):
+        usage_by_rebuild(tenant_id=tenant_id, m=m)
+    return rows
+
+
+def usage_by_rebuild(*, tenant_id: int, m=LIVE_MODELS) -> int:
+    """Replace the tenant's `UsageDailyBy` rows by the sums of its `UsageDaily` rows per day
+    and dimension's key: one DELETE and one INSERT ... SELECT (PostgreSQL and SQLite). Run
+    where `UsageDaily` was replaced (its rebuild holds the table lock that keeps ingest's
+    additions out meanwhile). Returns the number of rows."""
+    by = connection.ops.quote_name(m.UsageDailyBy._meta.db_table)
+    daily = connection.ops.quote_name(m.UsageDaily._meta.db_table)
+    sums = ", ".join(f"SUM({s})" for s in SUMS)
+    selects = " UNION ALL ".join(
+        f"SELECT tenant_id, '{dimension}', day, {column}, {sums} FROM {daily} "  # noqa: S608
+        f"WHERE tenant_id = %s GROUP BY tenant_id, day, {column}"
+        for dimension, column in USAGE_BY_COLUMNS.items()
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {by} WHERE tenant_id = %s", [tenant_id])  # noqa: S608
+        # Identifiers come from the models and the fixed map; the tenant is a parameter.
+        cursor.execute(
+            f"INSERT INTO {by} (tenant_id, dimension, day, key, {', '.join(SUMS)}) {selects}",  # noqa: S608
+            [tenant_id] * len(USAGE_BY_COLUMNS),
+        )
+        return cursor.rowcount
 
 
 def _rebuild_sql(*, tenant_id: int, zone: str, m) -> int:

@@ -41,6 +41,7 @@ from runs.models import (
     TurnVerdict,
     UsageAdjustment,
     UsageDaily,
+    UsageDailyBy,
     Verdict,
 )
 
@@ -335,27 +336,46 @@ def _django_default(value):
 
 
 def _usage_daily_add(*, tenant_id: int, rows: dict) -> None:
-    """Add usage deltas to the daily rollup: one upsert statement (PostgreSQL and SQLite).
+    """Add usage deltas to the daily rollup and to the rollups by one dimension
+    (`UsageDailyBy`: the same deltas summed per day and principal, agent or model): one upsert
+    statement each (PostgreSQL and SQLite).
 
     Atomic addition (`col = col + excluded.col`), never read-modify-write, so concurrent
     batches add up exactly; rows go in key order, so two batches touching the same rows lock
-    them in the same order and cannot deadlock."""
+    them in the same order and cannot deadlock (and every batch locks `UsageDaily` rows before
+    `UsageDailyBy` ones)."""
     if not rows:
         return
     rows = dict(sorted(rows.items()))
-    table = connection.ops.quote_name(UsageDaily._meta.db_table)
-    columns = "tenant_id, day, principal_id, agent_id, model, " + ", ".join(USAGE_FIELDS)
-    columns += ", steps"
-    values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
     params = []
     for (day, principal_id, agent_id, model), deltas in rows.items():
-        params += [tenant_id, day, principal_id, agent_id, model, *deltas]
-    adds = ", ".join(f"{f} = {table}.{f} + excluded.{f}" for f in (*USAGE_FIELDS, "steps"))
+        params.append([tenant_id, day, principal_id, agent_id, model, *deltas])
+    keys = ("tenant_id", "day", "principal_id", "agent_id", "model")
+    _upsert_add(UsageDaily, keys, params)
+    by: dict[tuple, list[int]] = {}
+    for (day, principal_id, agent_id, model), deltas in rows.items():
+        for dimension, key in (("agent", agent_id), ("model", model), ("principal", principal_id)):
+            held = by.setdefault((dimension, day, key), [0] * len(deltas))
+            for n, delta in enumerate(deltas):
+                held[n] += delta
+    params = [[tenant_id, *key, *deltas] for key, deltas in sorted(by.items())]
+    _upsert_add(UsageDailyBy, ("tenant_id", "dimension", "day", "key"), params)
+
+
+def _upsert_add(model, keys: tuple[str, ...], params: list[list]) -> None:
+    """INSERT these rows (the key columns, then USAGE_FIELDS and steps), adding the sums to a
+    row already held: one statement."""
+    table = connection.ops.quote_name(model._meta.db_table)
+    sums = (*USAGE_FIELDS, "steps")
+    columns = ", ".join((*keys, *sums))
+    row = "(" + ", ".join(["%s"] * (len(keys) + len(sums))) + ")"
+    values = ", ".join([row] * len(params))
+    adds = ", ".join(f"{f} = {table}.{f} + excluded.{f}" for f in sums)
     # Identifiers come from the model; every value is a parameter.
     sql = f"INSERT INTO {table} ({columns}) VALUES {values} "  # noqa: S608
-    sql += f"ON CONFLICT (tenant_id, day, principal_id, agent_id, model) DO UPDATE SET {adds}"
+    sql += f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {adds}"
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql, [v for p in params for v in p])
 
 
 def turn_verdicts_widen(*, run_id: int, verdicts: dict[str, dict]) -> None:

@@ -272,15 +272,27 @@ def test_filter_choices_are_the_distinct_values_among_the_pending_calls(
     nobodys = RunFactory(tenant=tenant_a, external_id="run_nobody", principal=None)
     held(nobodys, tool="calendar.read")
     decided(billing_run, tool="refund.issue")  # decided: not a choice
+    tools = ["calendar.read", "email.send", "shell.exec"]
     assert selectors.inbox_filter_choices(viewer=reviewer_a) == [
-        {"name": "tool", "values": ["calendar.read", "email.send", "shell.exec"], "selected": ""},
+        {"name": "tool", "values": tools, "selected": "", "typed": False},
         {
             "name": "agent",
             "values": sorted(["billing-bot", "support-bot", nobodys.agent.external_id]),
             "selected": "",
+            "typed": False,
         },
-        {"name": "principal", "values": ["alice@example.com", "bob@example.com"], "selected": ""},
-        {"name": "run", "values": ["run_billing", "run_nobody", "run_support"], "selected": ""},
+        {
+            "name": "principal",
+            "values": ["alice@example.com", "bob@example.com"],
+            "selected": "",
+            "typed": True,  # a principal and a run are typed: there may be thousands
+        },
+        {
+            "name": "run",
+            "values": ["run_billing", "run_nobody", "run_support"],
+            "selected": "",
+            "typed": True,
+        },
     ]
 
 
@@ -288,7 +300,12 @@ def test_a_selected_filter_value_stays_listed_when_nothing_matches_it(reviewer_a
     held(support_run, tool="email.send")
     choices = selectors.inbox_filter_choices(viewer=reviewer_a, filters={"tool": "gone.tool"})
     tool = next(c for c in choices if c["name"] == "tool")
-    assert tool == {"name": "tool", "values": ["email.send", "gone.tool"], "selected": "gone.tool"}
+    assert tool == {
+        "name": "tool",
+        "values": ["email.send", "gone.tool"],
+        "selected": "gone.tool",
+        "typed": False,
+    }
     assert next(c for c in choices if c["name"] == "run")["values"] == ["run_support"]
 
 
@@ -298,6 +315,69 @@ def test_filter_choices_are_those_of_the_calls_the_decider_may_decide(tenant_a, 
     held(support_run, tool="shell.exec")
     choices = selectors.inbox_filter_choices(viewer=decider)
     assert next(c for c in choices if c["name"] == "tool")["values"] == ["email.send"]
+
+
+def test_typed_filters_suggest_the_values_of_the_first_page(tenant_a, reviewer_a, monkeypatch):
+    monkeypatch.setattr(selectors, "INBOX_PAGE", 2)
+    monkeypatch.setattr(selectors, "CHOICES", 2)
+    for n in range(3):
+        held(RunFactory(tenant=tenant_a, external_id=f"run_{n}"), minutes_ago=9 - n, tool=f"t.{n}")
+    choices = {c["name"]: c for c in selectors.inbox_filter_choices(viewer=reviewer_a)}
+    assert choices["run"]["values"] == ["run_0", "run_1"]  # the oldest two: the first page
+    assert choices["tool"]["values"] == ["t.0", "t.1"]  # at most CHOICES
+    picked = selectors.inbox_filter_choices(viewer=reviewer_a, filters={"run": "run_2"})
+    assert next(c for c in picked if c["name"] == "run")["values"] == ["run_0", "run_1", "run_2"]
+
+
+def test_filter_choices_leave_out_a_deciders_own_runs(tenant_a, reviewer_a):
+    own = RunFactory(tenant=tenant_a, external_id="run_own", principal=reviewer_a)
+    other = RunFactory(tenant=tenant_a, external_id="run_other")
+    held(own)
+    held(other)
+    choices = {c["name"]: c for c in selectors.inbox_filter_choices(viewer=reviewer_a)}
+    assert choices["run"]["values"] == ["run_other"]
+    assert ids(selectors.inbox_pending(viewer=reviewer_a)) == ids(
+        Approval.objects.filter(run=other)
+    )
+
+
+# --- inbox_page ---
+
+
+def test_inbox_page_is_the_oldest_calls_and_whole_steps(reviewer_a, support_run, billing_run):
+    first = held(support_run, minutes_ago=9, step=1, position=0)
+    billing = held(billing_run, minutes_ago=8, step=1)
+    later_of_first = held(support_run, minutes_ago=1, step=1, position=1)  # same step
+    held(billing_run, minutes_ago=2, step=2)  # beyond the page
+    page = selectors.inbox_page(viewer=reviewer_a, size=2)
+    assert page["more"] is True
+    assert [[c["id"] for c in g["cards"]] for g in page["groups"]] == [
+        ids([first, later_of_first]),
+        ids([billing]),
+    ]
+    everything = selectors.inbox_page(viewer=reviewer_a, size=4)
+    assert everything["more"] is False
+    assert [g["dom_id"] for g in everything["groups"]] == [
+        g["dom_id"] for g in selectors.inbox_for(viewer=reviewer_a)
+    ]
+
+
+def test_inbox_page_fills_a_deciders_page_past_calls_it_may_not_decide(tenant_a, support_run):
+    decider = mail_decider(tenant_a)
+    shells = [held(support_run, minutes_ago=30 - n, tool="shell.exec", step=n) for n in range(5)]
+    mails = [held(support_run, minutes_ago=10 - n, tool="email.send", step=9 + n) for n in range(3)]
+    page = selectors.inbox_page(viewer=decider, size=2)
+    assert [c["id"] for g in page["groups"] for c in g["cards"]] == ids(mails[:2])
+    assert page["more"] is True
+    assert selectors.inbox_pending(viewer=decider, limit=10) == mails
+    assert shells  # never listed for the decider
+
+
+def test_inbox_page_is_empty_without_view_runs_or_decide(tenant_a, support_run):
+    held(support_run)
+    roleless = PrincipalFactory(tenant=tenant_a)
+    page = selectors.inbox_page(viewer=roleless)
+    assert (page["groups"], page["more"], page["calls"]) == ([], False, [])
 
 
 # --- step_pending_for, approvals_reloaded ---
@@ -645,3 +725,23 @@ def test_approvals_list_is_forbidden_without_view_runs_or_decide(tenant_a, suppo
     held(support_run)
     with pytest.raises(Forbidden):
         selectors.approvals_list(viewer=PrincipalFactory(tenant=tenant_a))
+
+
+def test_card_rows_read_who_decided_without_a_query_per_card(
+    tenant_a, reviewer_a, support_run, django_assert_num_queries
+):
+    deciders = [PrincipalFactory(tenant=tenant_a) for _ in range(3)]
+    for n, principal in enumerate(deciders):
+        decided(support_run, step=n, decided_by=principal)
+    held(support_run, step=9)
+    qs = Approval.objects.filter(run=support_run).order_by("step")
+    with django_assert_num_queries(2):  # the cards and their deciders (no rule decided any)
+        rows = selectors.card_rows(qs)
+        names = [a.decided_by.external_id if a.decided_by else None for a in rows]
+        tenants = {a.run.tenant.pk for a in rows} | {a.tenant.pk for a in rows}
+        rules = [a.decided_by_rule for a in rows]
+    assert names == [p.external_id for p in deciders] + [None]
+    assert tenants == {tenant_a.pk} and rules == [None] * 4
+    with django_assert_num_queries(1):  # nothing decided: nothing prefetched
+        [pending] = selectors.card_rows(qs.filter(step=9))
+        assert pending.decided_by is None and pending.run.principal == support_run.principal

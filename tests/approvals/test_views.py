@@ -1,6 +1,7 @@
 """The inbox and the decision forms in the browser's terms (Django's test client)."""
 
 import json
+import re
 
 import pytest
 from django.utils import timezone
@@ -244,3 +245,38 @@ def test_extend_in_the_last_minute(as_reviewer, approval):
     assert response.status_code == 200 and "Extended." in response.content.decode()
     approval.refresh_from_db()
     assert approval.extended_at is not None
+
+
+def _queries(client, path) -> tuple[int, str]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        response = client.get(path)
+    assert response.status_code == 200
+    return len(ctx.captured_queries), response.content.decode()
+
+
+def test_inbox_shows_the_oldest_page_of_calls_in_a_constant_number_of_queries(
+    as_reviewer, tenant_a, monkeypatch
+):
+    from approvals import selectors
+
+    monkeypatch.setattr(selectors, "INBOX_PAGE", 3)
+    now = timezone.now()
+
+    def hold(n):
+        run = RunFactory(tenant=tenant_a, external_id=f"run_{n:02d}")
+        return ApprovalFactory(run=run, step=1, requested_at=now - timezone.timedelta(minutes=n))
+
+    calls = [hold(n) for n in range(60, 57, -1)]  # three: the page is full, nothing beyond
+    few, html = _queries(as_reviewer, "/approvals/")
+    assert [c.public_id for c in calls] == re.findall(r'id="approval-(apr_[0-9a-f]+)"', html)
+    assert "More calls wait" not in html
+    calls += [hold(n) for n in range(40, 0, -1)]  # forty more, newer
+    many, html = _queries(as_reviewer, "/approvals/")
+    assert re.findall(r'id="approval-(apr_[0-9a-f]+)"', html) == [c.public_id for c in calls[:3]]
+    assert "More calls wait" in html
+    assert many <= few + 1  # the rest of the shown steps' calls: one query, whatever waits
+    assert 'name="run"' in html and '<select id="filter-run"' not in html  # typed: thousands
+    assert '<datalist id="filter-run-values">' in html

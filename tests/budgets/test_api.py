@@ -9,7 +9,8 @@ import pytest
 from budgets.models import Budget
 from budgets.spend import budget_current, budgets_applying
 from console.models import AuditEvent, Role, Team
-from runs.models import Agent, Run, UsageDaily
+from runs.models import Agent, Run
+from runs.services.writes import _usage_daily_add
 from tests.budgets.helpers import admit, spend
 from tests.conftest import ApiClient
 from tests.factories import PrincipalFactory, make_key
@@ -400,16 +401,8 @@ def test_current_counts_only_the_period_and_projects_to_its_end(manage_a, tenant
         (date(2026, 12, 1), 100),
         (date(2026, 12, 10), 200),
     ):
-        UsageDaily.objects.create(
-            tenant=tenant_a,
-            day=day,
-            principal_id="x",
-            agent_id="a",
-            model="m",
-            cost_minor_units=cost,
-            input_tokens=1,
-            steps=1,
-        )
+        key = (day, "x", "a", "m")  # as ingest adds it (both rollup tables)
+        _usage_daily_add(tenant_id=tenant_a.pk, rows={key: (1, 0, cost, 1)})
     now = datetime(2026, 12, 11, 0, 0, tzinfo=UTC)  # 10 of December's 31 days elapsed
     current = budget_current(budget=budget, now=now)
     assert current["spent_minor_units"] == 300

@@ -12,7 +12,7 @@ from django.db.models import Sum
 from django.test import Client
 
 from console.models import Team, Tenant
-from runs.models import Step, UsageAdjustment, UsageDaily
+from runs.models import Step, UsageAdjustment, UsageDaily, UsageDailyBy
 from runs.services.usage import usage_rollups_rebuild
 from tests.budgets.helpers import admit, post_events, spend, step
 from tests.conftest import ApiClient
@@ -272,6 +272,54 @@ def _rollup(tenant):
     )
 
 
+def _by_rollup(tenant):
+    return sorted(
+        UsageDailyBy.objects.filter(tenant=tenant).values_list(
+            "dimension", "day", "key", "input_tokens", "output_tokens", "cost_minor_units", "steps"
+        )
+    )
+
+
+def _by_from_daily(tenant):
+    """What UsageDailyBy must hold: UsageDaily summed per day and one dimension's key."""
+    sums = {}
+    for day, principal, agent, model, *figures in _rollup(tenant):
+        for key in (("principal", day, principal), ("agent", day, agent), ("model", day, model)):
+            held = sums.setdefault(key, [0, 0, 0, 0])
+            for n, value in enumerate(figures):
+                held[n] += value
+    return sorted((*key, *figures) for key, figures in sums.items())
+
+
+def test_the_rollups_by_one_dimension_sum_to_the_daily_rollups_after_ingest_and_rebuild(
+    ingest_a, tenant_a, fed
+):
+    by = _by_rollup(tenant_a)
+    assert {row[0] for row in by} == {"principal", "agent", "model"}
+    assert by == _by_from_daily(tenant_a)  # as ingest added them
+    UsageDailyBy.objects.filter(tenant=tenant_a).update(cost_minor_units=0)
+    usage_rollups_rebuild(tenant=tenant_a)
+    assert _by_rollup(tenant_a) == by  # rebuilt from the daily rollups
+
+
+def test_a_grouping_by_one_dimension_equals_the_full_grouping_summed(manage_a, fed):
+    full = get(manage_a, groupBy="day,principal,agent,model", **DEC)
+    for group_by, key in (("principal", "principalId"), ("agent", "agentId"),
+                          ("model", "model"), ("day", "day")):  # fmt: skip
+        expected = {}
+        for row in full["rows"]:
+            held = expected.setdefault(row[key], [0, 0, 0, 0])
+            for n, field in enumerate(("inputTokens", "outputTokens", "costMinorUnits", "steps")):
+                held[n] += row[field]
+        answer = get(manage_a, groupBy=group_by, **DEC)
+        got = {
+            r[key]: [r["inputTokens"], r["outputTokens"], r["costMinorUnits"], r["steps"]]
+            for r in answer["rows"]
+        }
+        assert got == expected, group_by
+        assert answer["totals"] == full["totals"], group_by
+
+
 def test_a_rebuild_gives_the_rollups_ingest_wrote(ingest_a, tenant_a, fed):
     admit(ingest_a, "o1")
     outcome = {
@@ -283,10 +331,11 @@ def test_a_rebuild_gives_the_rollups_ingest_wrote(ingest_a, tenant_a, fed):
     }
     assert ingest_a.post("/api/v1/runs/o1/outcome", outcome).status_code == 200
     assert UsageAdjustment.objects.filter(run__external_id="o1").count() == 1
-    before = _rollup(tenant_a)
+    before, before_by = _rollup(tenant_a), _by_rollup(tenant_a)
     assert len(before) > 3
     usage_rollups_rebuild(tenant=tenant_a)
     assert _rollup(tenant_a) == before
+    assert _by_rollup(tenant_a) == before_by == _by_from_daily(tenant_a)
 
 
 def test_changing_the_time_zone_and_rebuilding_moves_the_days(manage_a, ingest_a, tenant_a):

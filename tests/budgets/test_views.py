@@ -21,6 +21,7 @@ from budgets.models import Budget, BudgetAlert
 from budgets.services import budget_create
 from console.models import AuditEvent, Role, Team, Tenant
 from runs.models import UsageDaily
+from runs.services.writes import _usage_daily_add
 from tests.budgets.helpers import admit, spend
 from tests.factories import PrincipalFactory
 
@@ -73,17 +74,9 @@ def other_budget(tenant_b):
 
 
 def usage(tenant, *, day, principal="lead@a.example", agent="support-bot", model="m", cost=100):
-    UsageDaily.objects.create(
-        tenant=tenant,
-        day=day,
-        principal_id=principal,
-        agent_id=agent,
-        model=model,
-        input_tokens=cost * 10,
-        output_tokens=cost,
-        cost_minor_units=cost,
-        steps=1,
-    )
+    """One step's usage, added to the rollups as ingest adds it (both tables)."""
+    key = (day, principal, agent, model)
+    _usage_daily_add(tenant_id=tenant.pk, rows={key: (cost * 10, cost, cost, 1)})
 
 
 def today(tenant) -> date:
@@ -252,6 +245,27 @@ def test_breakdowns_match_the_usage_api_for_the_range(tenant_a, lead, manage_a, 
         else:
             assert data["values"] == [r["costMinorUnits"] for r in rows]
         assert cells == [r["costMinorUnits"] for r in rows] + [api["totals"]["costMinorUnits"]]
+
+
+def test_a_breakdown_formats_only_the_rows_its_table_lists(tenant_a, lead, team, monkeypatch):
+    from budgets import selectors_usage
+
+    monkeypatch.setattr(selectors_usage, "TABLE_ROWS", 2)
+    monkeypatch.setattr(selectors_usage, "BARS", 3)
+    formatted = []
+    row_view = selectors_usage._row_view
+    monkeypatch.setattr(
+        selectors_usage, "_row_view", lambda *a, **kw: formatted.append(a[0]) or row_view(*a, **kw)
+    )
+    now = today(tenant_a)
+    for n in range(5):
+        usage(tenant_a, day=now, principal=f"p{n}", cost=10 * (n + 1))
+    html = lead.get(f"/budgets/?from={now}&to={now}").content.decode()
+    section = html.split('id="usage-principal"')[1].split("</section>")[0]
+    cells = [int(v) for v in re.findall(r'<td class="num" data-minor="(-?\d+)">', section)]
+    assert cells == [50, 40, 150]  # the two costliest, then the range's total
+    assert chart(html, "usage-principal-data")["values"] == [50, 40, 30, 10 + 20]  # 2 others
+    assert formatted.count("principal") == 2
 
 
 def test_the_range_picker_defaults_to_this_month_and_offers_presets(tenant_a, lead):
@@ -501,3 +515,32 @@ def test_seed_usage_refuses_bad_input_and_writes_nothing(db):
         with pytest.raises(CommandError):
             call_command("seed_usage", tenant="seeded", **{"steps": 10, **options})
     assert not Tenant.objects.filter(slug="seeded").exists()
+
+
+@pytest.mark.parametrize("dimension", ["principal", "agent", "model", "team"])
+def test_usage_top_is_the_reports_first_rows_in_its_order(tenant_a, lead_a, team, dimension):
+    from budgets import selectors
+
+    now = today(tenant_a)
+    other = Team.objects.create(tenant=tenant_a, name="Zebra")
+    PrincipalFactory(tenant=tenant_a, external_id="b@x").teams.add(other)
+    for n, (principal, agent, model, cost) in enumerate(
+        [
+            ("b@x", "B", "m2", 30),
+            ("a@x", "a", "m1", 30),
+            ("", "", "", 30),
+            ("Ä@x", "Ä", "m3", 5),
+            ("lead@a.example", "z", "m1", 30),
+            ("c@x", "c", "M", 1),
+        ]
+    ):
+        usage(tenant_a, day=now - timedelta(days=n % 2), principal=principal, agent=agent,
+              model=model, cost=cost)  # fmt: skip
+    span = {"viewer": lead_a, "date_from": now - timedelta(days=3), "date_to": now}
+    report = selectors.usage_report(**span, group_by=[dimension])
+    for limit in (1, 3, 10):
+        top = selectors.usage_top(**span, dimension=dimension, limit=limit)
+        assert top["rows"] == report["rows"][:limit], limit  # ties by key, none last
+        assert top["row_count"] == len(report["rows"])
+        assert top["rows_cost"] == sum(r["cost_minor_units"] for r in report["rows"])
+        assert top["totals"] == report["totals"]

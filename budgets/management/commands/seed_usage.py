@@ -24,7 +24,7 @@ from django.utils import timezone
 from budgets import rules
 from console.models import Principal, Team, Tenant
 from console.services import tenant_create
-from runs.models import Agent, UsageDaily
+from runs.models import Agent, UsageDaily, UsageDailyBy
 
 TEAMS = ("support", "billing", "research", "platform")
 AGENTS = ("support-bot", "billing-bot", "research-agent", "triage", "sql-analyst")
@@ -146,9 +146,33 @@ class Command(BaseCommand):
                 ),
                 batch_size=CHUNK,
             )
+            by: dict[tuple, list[int]] = {}  # the rollups by one dimension: the same sums
+            for (day, person, agent, model), sums in items:
+                for key in (("principal", person), ("agent", agent), ("model", model)):
+                    held = by.setdefault((day, *key), [0, 0, 0, 0])
+                    for n, value in enumerate(sums):
+                        held[n] += value
+            UsageDailyBy.objects.filter(tenant=tenant).delete()
+            UsageDailyBy.objects.bulk_create(
+                (
+                    UsageDailyBy(
+                        tenant=tenant,
+                        day=day,
+                        dimension=dimension,
+                        key=key,
+                        input_tokens=sums[0],
+                        output_tokens=sums[1],
+                        cost_minor_units=sums[2],
+                        steps=sums[3],
+                    )  # fmt: skip
+                    for (day, dimension, key), sums in sorted(by.items())
+                ),
+                batch_size=CHUNK,
+            )
         if connection.vendor == "postgresql":  # fresh statistics after a bulk load, as
             with connection.cursor() as cursor:  # autovacuum would take a while to gather
-                cursor.execute(f"ANALYZE {connection.ops.quote_name(UsageDaily._meta.db_table)}")
+                for model in (UsageDaily, UsageDailyBy):
+                    cursor.execute(f"ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
         self.stdout.write(
             f"tenant '{tenant.slug}': {steps} steps of usage over {day_count} days "
             f"({days[0]}..{days[-1]}, {tenant.time_zone}) in {len(items)} rollup rows"

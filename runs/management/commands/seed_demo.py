@@ -36,6 +36,7 @@ from runs.models import (
     ToolResult,
     TurnVerdict,
     UsageDaily,
+    UsageDailyBy,
     Verdict,
 )
 from runs.services.usage import usage_rollups_rebuild
@@ -91,7 +92,7 @@ class Command(BaseCommand):
         usage_rollups_rebuild(tenant=tenant)  # the steps' usage, as ingest would have added it
         if connection.vendor == "postgresql":  # fresh statistics, or the planner guesses
             with connection.cursor() as cursor:
-                models = (Run, RunEvent, Message, Step, Approval, UsageDaily)
+                models = (Run, RunEvent, Message, Step, Approval, UsageDaily, UsageDailyBy)
                 tables = [m._meta.db_table for m in models]
                 cursor.execute(f"ANALYZE {', '.join(tables)}")
         seconds = time.monotonic() - started
