@@ -6,7 +6,8 @@ dispatch, a UTF-8 encode of the whole text and autobahn's framing (with its debu
 arguments computed even when nothing is logged): most of the 60-130 µs a socket paid for a
 fanned-out event (docs/benchmarks.md, "Fan-out over two processes"). Here the frame (header +
 UTF-8 payload, built by autobahn's own `PreparedMessage`) is made once per distinct text and
-written to each socket's transport; what a frame contains is unchanged.
+written to each socket's transport, sent at once when nothing is queued on it (`_write`);
+what a frame contains is unchanged.
 
 `capture` (console/asgi.py, the outermost layer of the socket stack) notes daphne's own send
 in the scope; `for_scope` gives a socket's `DaphneFrames`, or None when the server is not
@@ -24,6 +25,7 @@ import functools
 from collections import OrderedDict
 
 from autobahn.websocket.protocol import PreparedMessage
+from twisted.internet.tcp import Server as TCPServer
 
 SCOPE_KEY = "gavel.daphne_send"
 FRAMES_KEPT = 16  # distinct texts whose frame is kept (one fan-out needs one at a time)
@@ -75,8 +77,31 @@ class DaphneFrames:
         size = len(data)  # >= the payload: a limit it nearly meets goes the ordinary way
         if 0 < protocol.maxMessagePayloadSize < size or 0 < protocol.autoFragmentSize < size:
             return False
-        protocol.transport.write(data)
+        _write(protocol.transport, data)
         return True
+
+
+def _write(transport, data: bytes) -> None:
+    """`transport.write(data)`, except that a plain TCP transport with nothing queued sends at
+    once, as asyncio's own transports do: Twisted would register a writer with the loop and
+    remove it after the next poll, two selector changes per socket. What is not sent at once
+    is queued the ordinary way, behind nothing."""
+    if (
+        isinstance(transport, TCPServer)
+        and not transport.TLS
+        and transport.connected
+        and not transport.disconnecting
+        and not transport._writeDisconnected
+        and not transport.dataBuffer
+        and not transport._tempDataBuffer
+        and len(data) <= transport.SEND_LIMIT
+    ):
+        sent = transport.writeSomeData(data)  # an int, or ConnectionLost (then write() sees it)
+        if isinstance(sent, int) and sent >= 0:
+            if sent == len(data):
+                return
+            data = data[sent:]
+    transport.write(data)
 
 
 def for_scope(scope) -> DaphneFrames | None:
