@@ -3,11 +3,12 @@ sockets of the process it goes to.
 
 The ordinary send path of a frame costs each socket Channels' session wrapper, daphne's reply
 dispatch, a UTF-8 encode of the whole text and autobahn's framing (with its debug-log
-arguments computed even when nothing is logged): most of the 60-130 µs a socket paid for a
-fanned-out event (docs/benchmarks.md, "Fan-out over two processes"). Here the frame (header +
-UTF-8 payload, built by autobahn's own `PreparedMessage`) is made once per distinct text and
-written to each socket's transport, sent at once when nothing is queued on it (`_write`);
-what a frame contains is unchanged.
+arguments computed even when nothing is logged), then Twisted's writer registered with the
+loop and removed after the next poll: about a third of what a socket paid for a fanned-out
+event (the profile: docs/benchmarks.md, "Fan-out over two processes"). Here the frame
+(header + UTF-8 payload, built by autobahn's own `PreparedMessage`) is made once per distinct
+text and written to each socket's transport, sent at once when nothing is queued on it
+(`_write`); what a frame contains is unchanged.
 
 `capture` (console/asgi.py, the outermost layer of the socket stack) notes daphne's own send
 in the scope; `for_scope` gives a socket's `DaphneFrames`, or None when the server is not
