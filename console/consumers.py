@@ -31,7 +31,7 @@ from django.conf import settings
 from django.template.loader import render_to_string
 
 from approvals.selectors import nav_pending_count_context
-from console import access, auditchain, realtime, signin
+from console import access, auditchain, realtime, signin, wsframes
 from console.errors import Forbidden, NotFound
 from console.services.auditlog import audit_refused
 from notifications.selectors import browser_calls, nav_unread_count_context
@@ -157,6 +157,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
     channel_layer_alias = None
 
     async def connect(self):
+        self.frames = wsframes.for_scope(self.scope)  # None unless the server is daphne
         self.viewer = None
         self.recent: OrderedDict = OrderedDict()  # message ids handled (a socket in 2 groups)
         self.backlog: list | None = []  # events heard before the state was sent (then None)
@@ -280,6 +281,15 @@ class LiveConsumer(AsyncWebsocketConsumer):
         html = self._with_bell(html)
         if html.strip():
             await self.send(text_data=html)
+
+    async def send(self, text_data=None, bytes_data=None, close=False):
+        """A text frame goes straight to daphne's transport (console/wsframes.py: built once
+        per text for every socket it goes to), else the ordinary way. Both write at once, so
+        frames keep their order whichever way each went."""
+        frames = self.__dict__.get("frames")
+        if frames is not None and text_data and not close and frames.send_text(text_data):
+            return
+        await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
 
     def _with_bell(self, html: str) -> str:
         bell, self.bell = getattr(self, "bell", ""), ""

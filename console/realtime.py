@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hashlib
 import logging
 import os
@@ -252,8 +253,37 @@ def _run_loaded(sender, instance, **kwargs):
 # render and a thousand sends. Now each process (each event loop) holds one channel per group
 # it has listeners for; a reader task takes each message off the layer once and hands it to
 # every local listener in turn (`await listener.deliver(message)`), in the order the layer
-# gave them. A listener that renders shares its render with the others (the consumers'
-# render cache), so the sends follow one another without a wake-up in between.
+# gave them, with the cycle collector paused meanwhile (`_collector_paused`). A listener that
+# renders shares its render with the others (the consumers' render cache), and a daphne
+# socket's frame is built once for all (console/wsframes.py), so the sends follow one another
+# without a wake-up in between.
+
+
+_pauses = 0  # fan-outs under way in this process (the loop's thread only)
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cycle collector off while one event goes to every local listener, back on
+    (with its counts intact) after the last. Each delivery allocates a few dozen short-lived
+    objects (its coroutines, autobahn's and Twisted's write bookkeeping), nearly all freed by
+    reference counting at once; with the collector on, every 700 allocations start a
+    collection, and their survivors (the writes still queued) are promoted until a full
+    collection walks every object of the process: with 2,000 sockets open, about half a
+    million, hundreds of ms each time (docs/benchmarks.md, "Fan-out over two processes").
+    Paused, one young-generation collection follows the fan-out instead."""
+    global _pauses
+    if _pauses == 0 and not gc.isenabled():  # someone else turned it off: leave it so
+        yield
+        return
+    _pauses += 1
+    gc.disable()
+    try:
+        yield
+    finally:
+        _pauses -= 1
+        if _pauses == 0:
+            gc.enable()
 
 
 class _Group:
@@ -280,13 +310,14 @@ class _Group:
     async def _read(self, layer) -> None:
         while True:
             message = await layer.receive(self.channel)
-            for listener in list(self.listeners):
-                if listener not in self.listeners:  # left while an earlier one was served
-                    continue
-                try:
-                    await listener.deliver(message)
-                except Exception:  # one listener's failure is not the others'
-                    log.warning("live delivery on %s failed", self.name, exc_info=True)
+            with _collector_paused():
+                for listener in list(self.listeners):
+                    if listener not in self.listeners:  # left while an earlier one was served
+                        continue
+                    try:
+                        await listener.deliver(message)
+                    except Exception:  # one listener's failure is not the others'
+                        log.warning("live delivery on %s failed", self.name, exc_info=True)
 
     async def unsubscribe(self, layer) -> None:
         if self.reader is not None:
