@@ -29,7 +29,9 @@ def _shown(*, viewer, approval_ids, filters: dict) -> list:
 
 def requested_html(*, viewer, approval_ids, filters: dict) -> str:
     """New held calls (one run's step): appended to their group if the page shows it, else a
-    new group at the end of the inbox (oldest first)."""
+    new group at the end of the inbox (oldest first), unless the inbox is paged (its "more
+    calls wait" note is shown: the page holds the oldest calls, a new one is not among them;
+    the nav count says it arrived)."""
     shown = _shown(viewer=viewer, approval_ids=approval_ids, filters=filters)
     if not shown:
         return ""
@@ -43,7 +45,7 @@ def requested_html(*, viewer, approval_ids, filters: dict) -> str:
             wrap(
                 target="#inbox-groups",
                 inner=oob("approvals/group.html", group),
-                unless=f"#{dom_id}",
+                unless=f"#{dom_id}, #inbox-groups > .inbox-more",
             ),
             delete("#inbox-groups > .inbox-empty"),
         ]

@@ -30,6 +30,8 @@ async def test_a_held_call_arrives_as_a_card_and_the_nav_count_follows(tenant_a,
     frames = "".join(await frames_until(inbox, has("approval-card")))
     assert 'hx-swap-oob="beforeend:#inbox-groups"' in frames  # a new group, at the end
     assert 'data-live-unless="#approval-group-' in frames
+    # ... and not on a paged inbox (live.js skips it while the "more calls wait" note shows)
+    assert ', #inbox-groups &gt; .inbox-more"' in frames  # (&gt;: the attribute's escaping)
     assert "Approve</button>" in frames
     assert ">1<span" in frames  # the nav count
     await inbox.disconnect()
