@@ -74,14 +74,18 @@ def _window_sums(windows: list[tuple], t: dict, *, otherwise: str) -> tuple[str,
 def _window_where(tenant_id: int, windows: list[tuple], t: dict) -> tuple[str, list]:
     """The WHERE clause and its parameters: the tenant, the days every window lies in, and
     the rows of the windows' scopes only (a principal's budget reads its principal's rows,
-    not every principal's)."""
-    scopes: dict[str, list] = {}
+    not every principal's). Scopes are merged by their whole condition, text AND parameters:
+    two agents' budgets share the text `dimension = 'agent' AND key = %s` but not the key, so
+    each keeps its own term (keying by the text alone kept the first agent's key only, and
+    every other agent's budget read zero)."""
+    scopes: dict[tuple[str, tuple], None] = {}
     for _key, budget, *_days in windows:
         sql, params = _scope_sql(budget, t)
-        scopes.setdefault(f"({sql})", params)
-    where = "WHERE tenant_id = %s AND day >= %s AND day < %s AND (" + " OR ".join(scopes) + ")"
+        scopes.setdefault((f"({sql})", tuple(params)), None)
+    where = "WHERE tenant_id = %s AND day >= %s AND day < %s AND ("
+    where += " OR ".join(sql for sql, _params in scopes) + ")"
     days = [min(w[2] for w in windows), max(w[3] for w in windows)]
-    return where, [tenant_id, *days, *(p for params in scopes.values() for p in params)]
+    return where, [tenant_id, *days, *(p for _sql, params in scopes for p in params)]
 
 
 def spend_in_windows(*, tenant_id: int, windows: list[tuple]) -> dict:
