@@ -15,6 +15,7 @@ class Endpoint:
         self.mode = mode
         self.size = size
         self.requests: list[bytes] = []
+        self.hosts: list[str | None] = []  # each request's Host header
         self.received = threading.Event()
         self.sent = 0  # body bytes the huge endpoint got out before the client stopped reading
         self.done = threading.Event()  # the huge endpoint's write loop has ended
@@ -30,6 +31,7 @@ class Endpoint:
 
             def _answer(self, body: bytes) -> None:
                 endpoint.requests.append(body)
+                endpoint.hosts.append(self.headers.get("Host"))
                 endpoint.received.set()
                 try:
                     getattr(self, f"_{endpoint.mode}")()
