@@ -215,3 +215,26 @@ def test_h4_the_sweep_expires_and_sends_mail_and_webhooks_beside_a_hanging_endpo
     finally:
         stopping.set()
         sweeper.join(10)
+
+
+def test_h4_due_deliveries_are_claimed_round_robin_by_tenant(tenant_a, tenant_b, settings):
+    """Tenant B's backlog (older) does not come first: claims alternate between tenants, at
+    most GAVEL_OUTBOUND_PER_TENANT of one tenant and one per endpoint in flight."""
+    settings.GAVEL_WEBHOOK_WORKER = False  # the test claims; no thread sends
+    settings.GAVEL_OUTBOUND_WORKERS = 4
+    settings.GAVEL_OUTBOUND_PER_TENANT = 2
+    backlog = [
+        webhooks.webhook_create(tenant=tenant_b, url=f"https://b{i}.example/")[0] for i in range(6)
+    ]
+    for webhook in backlog + backlog:
+        webhooks.webhook_test_send(webhook=webhook)
+    webhooks.webhook_test_send(
+        webhook=webhooks.webhook_create(tenant=tenant_a, url="https://a.example/")[0]
+    )
+    dispatcher = outbox.Dispatcher()
+    try:
+        jobs = webhooks.webhook_deliveries_claim(room=dispatcher.room())
+    finally:
+        dispatcher.close()
+    assert [job.tenant_id for job in jobs] == [tenant_b.pk, tenant_a.pk, tenant_b.pk]
+    assert len({job.endpoint for job in jobs}) == 3
