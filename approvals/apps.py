@@ -10,8 +10,9 @@ class ApprovalsConfig(AppConfig):
 
         outbox.register(
             outbox.Sender(
-                name="webhook deliveries",
+                name=webhooks.SENDER,
                 run_due=webhooks.webhook_deliveries_run_due,
                 next_due=webhooks.webhook_next_due,
+                claim=webhooks.webhook_deliveries_claim,
             )
         )

@@ -8,24 +8,32 @@ call with any client id, secret and endpoints, so one deployment serves a provid
 mozilla-django-oidc and django-allauth read one provider from settings (or a provider
 registry of their own) and own the views and the user model's creation, which here is
 `principal_*` services' work.
+
+Every request to the provider (discovery, JWKS, the token endpoint) goes through
+console/outbound.py: a total deadline, a size cap, no redirect, no internal address (an
+issuer's document may name any `jwks_uri` or `token_endpoint`: each is checked when it is
+called), and errors said in generic words. Authlib builds the token request (its client
+authentication and PKCE parameters); outbound.py sends it.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 
-import httpx
-from authlib.integrations.base_client.errors import OAuthError
 from authlib.integrations.httpx_client import OAuth2Client
-from authlib.oauth2.rfc6749.errors import OAuth2Error
+from authlib.oauth2.auth import ClientAuth
+from authlib.oauth2.rfc6749.parameters import prepare_token_request
 from authlib.oidc.core import CodeIDToken
+from django.conf import settings
 from joserfc import jwt
 from joserfc.errors import JoseError as JoserfcError
 from joserfc.jwk import KeySet
 from joserfc.jws import JWSRegistry
 
+from console import outbound
+
 SCOPES = "openid email profile"
-TIMEOUT = 5.0  # seconds for each call to the provider
 LEEWAY = 60  # seconds of clock skew allowed on exp / iat
 REQUIRED_METADATA = ("authorization_endpoint", "token_endpoint", "jwks_uri")
 
@@ -39,18 +47,28 @@ class OidcError(Exception):
         self.message = message
 
 
-def _get_json(url: str) -> dict:
+def _call(method: str, url: str, **kwargs) -> outbound.Answer:
+    allow_loopback = outbound.loopback_allowed(settings.GAVEL_OIDC_ALLOW_HTTP)
+    answer = outbound.request(method, url, allow_loopback=allow_loopback, read_body=True, **kwargs)
+    if answer.error:
+        raise OidcError("unreachable", f"{url} could not be reached ({answer.error})")
+    return answer
+
+
+def _json_object(answer: outbound.Answer) -> dict | None:
     try:
-        response = httpx.get(url, timeout=TIMEOUT, follow_redirects=False)
-    except httpx.HTTPError as error:
-        raise OidcError("unreachable", f"{url} could not be reached ({error})") from None
-    if response.status_code != 200:
-        raise OidcError("bad_response", f"{url} answered HTTP {response.status_code}")
-    try:
-        body = response.json()
+        body = json.loads(answer.body)
     except ValueError:
-        raise OidcError("bad_response", f"{url} did not answer JSON") from None
-    if not isinstance(body, dict):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _get_json(url: str) -> dict:
+    answer = _call("GET", url, headers={"Accept": "application/json"})
+    if answer.status_code != 200:
+        raise OidcError("bad_response", f"{url} answered HTTP {answer.status_code}")
+    body = _json_object(answer)
+    if body is None:
         raise OidcError("bad_response", f"{url} did not answer a JSON object")
     return body
 
@@ -96,7 +114,6 @@ def _client(metadata: dict, *, client_id: str, client_secret: str, redirect_uri:
         redirect_uri=redirect_uri,
         code_challenge_method="S256",
         token_endpoint_auth_method=_auth_method(metadata),
-        timeout=TIMEOUT,
     )
 
 
@@ -120,16 +137,27 @@ def exchange_code(
     metadata: dict, *, client_id: str, client_secret: str, redirect_uri: str, code: str, verifier
 ) -> dict:
     """The token endpoint's answer for this code (with the PKCE verifier)."""
-    client = _client(
-        metadata, client_id=client_id, client_secret=client_secret, redirect_uri=redirect_uri
+    url = metadata["token_endpoint"]
+    body = prepare_token_request(
+        "authorization_code", code=code, redirect_uri=redirect_uri, code_verifier=verifier
     )
+    headers = {
+        "Accept": "application/json",
+        "Content-Type": "application/x-www-form-urlencoded;charset=UTF-8",
+    }
+    auth = ClientAuth(client_id, client_secret, _auth_method(metadata))
+    url, headers, body = auth.prepare("POST", url, headers, body)
     try:
-        with client:
-            token = client.fetch_token(
-                metadata["token_endpoint"], code=code, code_verifier=verifier
-            )
-    except (OAuthError, OAuth2Error, httpx.HTTPError, ValueError) as error:
-        raise OidcError("token_refused", f"the provider refused the code ({error})") from None
+        answer = _call("POST", url, headers=headers, content=body.encode())
+    except OidcError as error:
+        raise OidcError("token_refused", f"the provider refused the code: {error}") from None
+    token = _json_object(answer)
+    if answer.status_code != 200 or token is None or "error" in token:
+        error = (token or {}).get("error")
+        said = f" ({error[:100]})" if isinstance(error, str) else ""
+        raise OidcError(
+            "token_refused", f"the provider refused the code: HTTP {answer.status_code}{said}"
+        )
     if not token.get("id_token"):
         raise OidcError("no_id_token", "the provider answered no ID token")
     return dict(token)

@@ -323,6 +323,25 @@ GAVEL_WEBHOOK_ALLOW_HTTP = env_bool("GAVEL_WEBHOOK_ALLOW_HTTP", False)
 GAVEL_SLACK_RESPONSE_URL_PREFIX = "https://hooks.slack.com/"
 # Development and tests only: also accept an http:// OpenID Connect issuer.
 GAVEL_OIDC_ALLOW_HTTP = env_bool("GAVEL_OIDC_ALLOW_HTTP", False)
+# Outbound HTTP to addresses others chose (webhooks, Slack's response_url, OpenID
+# providers; console/outbound.py): a total deadline per request (under the outbox's 60 s
+# lease), a cap on an answer's body, a pool of senders per process and at most this many
+# requests of one tenant in flight in it.
+GAVEL_OUTBOUND_DEADLINE_SECONDS = env_int("GAVEL_OUTBOUND_DEADLINE_SECONDS", 10, minimum=1)
+if GAVEL_OUTBOUND_DEADLINE_SECONDS > 50:
+    raise ImproperlyConfigured(
+        f"GAVEL_OUTBOUND_DEADLINE_SECONDS={GAVEL_OUTBOUND_DEADLINE_SECONDS} must be <= 50 "
+        "(a delivery's lease is 60 s)"
+    )
+GAVEL_OUTBOUND_MAX_RESPONSE_BYTES = env_int(
+    "GAVEL_OUTBOUND_MAX_RESPONSE_BYTES", 1024 * 1024, minimum=1024
+)
+GAVEL_OUTBOUND_WORKERS = env_int("GAVEL_OUTBOUND_WORKERS", 8, minimum=1)
+GAVEL_OUTBOUND_PER_TENANT = env_int("GAVEL_OUTBOUND_PER_TENANT", 4, minimum=1)
+# Development and tests only: outbound requests may go to loopback (127.0.0.0/8, ::1,
+# localhost; never private or link-local ranges). GAVEL_WEBHOOK_ALLOW_HTTP allows it for
+# webhooks and Slack responses, GAVEL_OIDC_ALLOW_HTTP for OpenID providers.
+GAVEL_OUTBOUND_ALLOW_LOOPBACK = env_bool("GAVEL_OUTBOUND_ALLOW_LOOPBACK", False)
 # The key that encrypts stored secrets (a tenant's OIDC client secret): a Fernet key
 # (32 url-safe base64 bytes); unset, one is derived from SECRET_KEY (console/crypto.py).
 GAVEL_ENCRYPTION_KEY = os.environ.get("GAVEL_ENCRYPTION_KEY", "")

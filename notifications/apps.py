@@ -29,8 +29,9 @@ class NotificationsConfig(AppConfig):
         )
         outbox.register(
             outbox.Sender(
-                name="slack responses",
+                name=slack_responses.SENDER,
                 run_due=slack_responses.slack_responses_run_due,
                 next_due=slack_responses.slack_response_next_due,
+                claim=slack_responses.slack_responses_claim,
             )
         )

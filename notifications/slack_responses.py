@@ -5,22 +5,25 @@ by the server's outbox thread right after commit (it is one small HTTP POST, not
 on the outbox schedule, and sent by the sweep after a crash or a restart.
 
 Only a `response_url` under GAVEL_SLACK_RESPONSE_URL_PREFIX (Slack's host) is used: the press
-is signed by Slack, but the server never POSTs to an address a request names otherwise.
+is signed by Slack, but the server never POSTs to an address a request names otherwise. Each
+POST goes through console/outbound.py (deadline, size cap, no internal address) and the
+outbox's Dispatcher (round-robin by tenant).
 """
 
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import httpx
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from console import outbox
+from console import outbound, outbox
 from notifications.models import SlackResponse, SlackResponseStatus
 
-TIMEOUT_SECONDS = 10
+SENDER = "slack responses"
 URL_MAX = SlackResponse._meta.get_field("url").max_length
 
 
@@ -46,43 +49,54 @@ def _claim(row: SlackResponse, now) -> bool:
     )
 
 
-def _post(row: SlackResponse, client: httpx.Client) -> tuple[int | None, str]:
-    body = json.dumps(row.body, separators=(",", ":")).encode()
-    headers = {"Content-Type": "application/json", "User-Agent": "Gavel-Slack/1"}
-    return outbox.post(client, row.url, content=body, headers=headers)
+def _send(url: str, body: bytes, client) -> tuple[int | None, str]:
+    """In a pool thread: the HTTP request alone."""
+    answer = outbound.request(
+        "POST", url, content=body, client=client,
+        headers={"Content-Type": "application/json", "User-Agent": "Gavel-Slack/1"},
+        allow_loopback=outbound.loopback_allowed(settings.GAVEL_WEBHOOK_ALLOW_HTTP),
+    )  # fmt: skip
+    return answer.outcome
 
 
 def _record(row: SlackResponse, status_code, error: str, now) -> None:
     fields = outbox.attempt_fields(
-        attempts=row.attempts, status_code=status_code, error=error, now=now,
+        attempts=row.attempts, status_code=status_code, error=error,
+        now=timezone.now() if now is None else now,
         delivered=SlackResponseStatus.DELIVERED, failed=SlackResponseStatus.FAILED,
     )  # fmt: skip
     SlackResponse.objects.filter(pk=row.pk).update(**fields)
 
 
-def slack_responses_run_due(*, now=None, client: httpx.Client | None = None, limit=50) -> int:
-    """Attempt every due response once. Returns how many were attempted."""
+def slack_responses_claim(*, now=None, room: outbox.Room, client=None) -> list[outbox.Job]:
+    """Claim due responses as the room allows (round-robin by tenant)."""
     moment = now or timezone.now()
-    due = SlackResponse.objects.filter(
-        status=SlackResponseStatus.PENDING, next_attempt_at__lte=moment
-    ).order_by("next_attempt_at", "id")
-    rows = list(due[:limit])
-    if not rows:
-        return 0
-    attempted = 0
-    owns_client = client is None
-    client = client or httpx.Client(timeout=TIMEOUT_SECONDS, follow_redirects=False)
-    try:
-        for row in rows:
-            if not _claim(row, moment):
-                continue
-            status_code, error = _post(row, client)
-            _record(row, status_code, error, timezone.now() if now is None else now)
-            attempted += 1
-    finally:
-        if owns_client:
-            client.close()
-    return attempted
+    due = (
+        SlackResponse.objects.filter(
+            status=SlackResponseStatus.PENDING, next_attempt_at__lte=moment
+        )
+        .exclude(tenant_id__in=room.busy_tenants())
+        .order_by("next_attempt_at", "id")
+    )
+    jobs = []
+    for row in room.pick(list(due[: room.window]), tenant_of=lambda r: r.tenant_id):
+        if not _claim(row, moment):
+            continue
+        body = json.dumps(row.body, separators=(",", ":")).encode()
+        jobs.append(
+            outbox.Job(
+                tenant_id=row.tenant_id,
+                endpoint=None,
+                send=partial(_send, row.url, body, client),
+                record=partial(_record, row, now=now),
+            )
+        )
+    return jobs
+
+
+def slack_responses_run_due(*, now=None, client: httpx.Client | None = None, limit=50) -> int:
+    """Attempt every due response once, here and now. Returns how many were attempted."""
+    return outbox.dispatch_due(SENDER, now=now, client=client, limit=limit)
 
 
 def slack_response_next_due():

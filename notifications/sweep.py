@@ -9,6 +9,9 @@ its mail and its webhook deliveries are written by `notify` in one transaction w
 `ApprovalNotice` row whose unique (approval, kind) is the claim: each fires once per call,
 however many sweeps run at once (a second process's INSERT waits for the first's commit and
 then fails). Then every outbox sends what is due; mail only ever here (console/outbox.py).
+Outbound HTTP (webhooks, Slack responses) is not part of a `--loop` pass: the process's
+outbox thread sends it (console/outbox.py), so expiry, reminders and escalations never wait
+on anyone's endpoint.
 """
 
 from __future__ import annotations
@@ -129,13 +132,14 @@ def approvals_notice_due(*, kind: str, now=None, limit: int = 200) -> int:
     return fired
 
 
-def sweep(*, now=None) -> dict[str, int]:
-    """One pass: expire, remind, escalate, then send every outbox's due rows."""
+def sweep(*, now=None, http: bool = True) -> dict[str, int]:
+    """One pass: expire, remind, escalate, then send every outbox's due rows (`http=False`:
+    not outbound HTTP, which the outbox thread sends; `expire_approvals --loop`)."""
     expired = approvals_expire_due(now=now)
     counts = {
         "expired": expired,
         "reminded": approvals_notice_due(kind=REMINDER, now=now),
         "escalated": approvals_notice_due(kind=ESCALATED, now=now),
     }
-    counts.update(outbox.run_due(now=now))
+    counts.update(outbox.run_due(now=now, http=http))
     return counts

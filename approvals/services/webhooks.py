@@ -5,7 +5,13 @@ commit by the process's outbox thread (console/outbox.py) and the sweep, so a re
 waits on an endpoint. Each body is signed: `Gavel-Signature: t=<unix time>,v1=<hex
 HMAC-SHA256(secret, "<t>.<body>")>`. A failed attempt (non-2xx, timeout, refused) is retried
 with the outbox's backoff; after the last one the delivery is `failed`. Every attempt's outcome
-is recorded on the delivery row.
+is recorded on the delivery row, as one of console/outbound.py's generic texts.
+
+Every request goes through console/outbound.py (a total deadline, a size cap, no internal
+destination: checked here when the URL is saved, and again when each attempt connects), and
+deliveries are claimed round-robin by tenant, at most a few of one tenant and one per
+endpoint in flight (console/outbox.py's Dispatcher): one tenant's slow endpoint delays no
+other tenant's deliveries.
 """
 
 import hashlib
@@ -14,6 +20,7 @@ import json
 import logging
 import secrets
 import time
+from functools import partial
 from urllib.parse import urlsplit
 
 import httpx
@@ -31,7 +38,7 @@ from approvals.models import (
 )
 from approvals.schemas import ApprovalOut, approval_resource
 from budgets.spend import run_costs
-from console import outbox
+from console import outbound, outbox
 from console.errors import Invalid
 from console.services import audit
 from notifications.slack import slack_message
@@ -42,7 +49,7 @@ log = logging.getLogger(__name__)
 BACKOFF_SECONDS = outbox.BACKOFF_SECONDS
 MAX_ATTEMPTS = outbox.MAX_ATTEMPTS
 LEASE = outbox.LEASE
-TIMEOUT_SECONDS = 10
+SENDER = "webhook deliveries"
 URL_MAX_LENGTH = 500
 TEST_EVENT = "webhook.test"  # "send test event": to one endpoint, never subscribed to
 kick_worker = outbox.kick  # wakes the outbox thread (webhooks; mail is the sweep's)
@@ -70,8 +77,14 @@ def _invalid(path: str, message: str, *, code: str = "validation_error") -> Inva
     return Invalid(message, code=code, details=[{"path": path, "message": message}])
 
 
+def _loopback_allowed() -> bool:
+    return outbound.loopback_allowed(settings.GAVEL_WEBHOOK_ALLOW_HTTP)
+
+
 def webhook_url_check(url: str) -> None:
-    """https:// only; http:// too with GAVEL_WEBHOOK_ALLOW_HTTP=1 (development, tests)."""
+    """https:// only; http:// too with GAVEL_WEBHOOK_ALLOW_HTTP=1 (development, tests). No
+    user name or password, no internal address (console/outbound.py; loopback only in
+    development): a name is checked again whenever a delivery connects."""
     schemes = ("https", "http") if settings.GAVEL_WEBHOOK_ALLOW_HTTP else ("https",)
     try:
         parts = urlsplit(url)
@@ -83,6 +96,9 @@ def webhook_url_check(url: str) -> None:
         raise _invalid("url", f"a webhook URL must be {allowed}", code="webhook_not_https")
     if len(url) > URL_MAX_LENGTH:
         raise _invalid("url", f"a webhook URL has at most {URL_MAX_LENGTH} characters")
+    refusal = outbound.url_refusal(url, allow_loopback=_loopback_allowed())
+    if refusal:
+        raise _invalid("url", f"a webhook URL {refusal}")
 
 
 def webhook_events_check(events: list[str]) -> None:
@@ -316,7 +332,7 @@ def _body(delivery) -> dict:
     return slack_message(message, run_for=run_for, decide=decide)
 
 
-def _post(delivery, client) -> tuple[int | None, str]:
+def _request(delivery) -> tuple[bytes, dict]:
     body = json.dumps(_body(delivery), separators=(",", ":")).encode()
     headers = {
         "Content-Type": "application/json",
@@ -327,38 +343,65 @@ def _post(delivery, client) -> tuple[int | None, str]:
             secret=delivery.webhook.secret, body=body, timestamp=int(time.time())
         ),
     }
-    return outbox.post(client, delivery.webhook.url, content=body, headers=headers)
+    return body, headers
+
+
+def _send(url: str, body: bytes, headers: dict, client) -> tuple[int | None, str]:
+    """In a pool thread: the HTTP request alone."""
+    answer = outbound.request(
+        "POST", url, content=body, headers=headers, allow_loopback=_loopback_allowed(),
+        client=client,
+    )  # fmt: skip
+    return answer.outcome
 
 
 def _record(delivery, status_code, error, now) -> None:
     fields = outbox.attempt_fields(
-        attempts=delivery.attempts, status_code=status_code, error=error, now=now,
+        attempts=delivery.attempts, status_code=status_code, error=error,
+        now=timezone.now() if now is None else now,
         delivered=DeliveryStatus.DELIVERED, failed=DeliveryStatus.FAILED,
     )  # fmt: skip
     # Still pending: a webhook deleted meanwhile gave the delivery up, and that stands.
     WebhookDelivery.objects.filter(pk=delivery.pk, status=DeliveryStatus.PENDING).update(**fields)
 
 
-def webhook_deliveries_run_due(*, now=None, client: httpx.Client | None = None, limit=50) -> int:
-    """Attempt every due delivery once. Returns how many were attempted."""
-    now = now or timezone.now()
-    due = WebhookDelivery.objects.select_related("webhook").filter(
-        status=DeliveryStatus.PENDING, next_attempt_at__lte=now, webhook__is_active=True
+def webhook_deliveries_claim(*, now=None, room: outbox.Room, client=None) -> list[outbox.Job]:
+    """Claim due deliveries as the room allows (round-robin by tenant, one per endpoint in
+    flight), each with its signed body; the dispatcher sends them."""
+    moment = now or timezone.now()
+    due = (
+        WebhookDelivery.objects.select_related("webhook", "webhook__tenant")
+        .filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=moment)
+        .filter(webhook__is_active=True)
+        .exclude(webhook__tenant_id__in=room.busy_tenants())
+        .exclude(webhook_id__in=room.busy_endpoints())
+        .order_by("next_attempt_at", "id")
     )
-    attempted = 0
-    owns_client = client is None
-    client = client or httpx.Client(timeout=TIMEOUT_SECONDS, follow_redirects=False)
-    try:
-        for delivery in list(due.order_by("next_attempt_at", "id")[:limit]):
-            if not _claim(delivery, now):
-                continue
-            status_code, error = _post(delivery, client)
-            _record(delivery, status_code, error, timezone.now() if now is None else now)
-            attempted += 1
-    finally:
-        if owns_client:
-            client.close()
-    return attempted
+    picked = room.pick(
+        list(due[: room.window]),
+        tenant_of=lambda d: d.webhook.tenant_id,
+        endpoint_of=lambda d: d.webhook_id,
+    )
+    jobs = []
+    for delivery in picked:
+        if not _claim(delivery, moment):
+            continue
+        body, headers = _request(delivery)
+        jobs.append(
+            outbox.Job(
+                tenant_id=delivery.webhook.tenant_id,
+                endpoint=delivery.webhook_id,
+                send=partial(_send, delivery.webhook.url, body, headers, client),
+                record=partial(_record, delivery, now=now),
+            )
+        )
+    return jobs
+
+
+def webhook_deliveries_run_due(*, now=None, client: httpx.Client | None = None, limit=50) -> int:
+    """Attempt every due delivery once, here and now (`client`: tests' stand-in endpoint).
+    Returns how many were attempted."""
+    return outbox.dispatch_due(SENDER, now=now, client=client, limit=limit)
 
 
 def webhook_next_due():

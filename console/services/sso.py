@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from console import crypto, links, oidc
+from console import crypto, links, oidc, outbound
 from console.access import acting_principal, capabilities_of
 from console.errors import Conflict, Invalid
 from console.models import ApiKey, Principal, Role, TenantOidc
@@ -86,6 +86,9 @@ def _check(tenant, values: dict) -> None:
     schemes = ("https://", "http://") if settings.GAVEL_OIDC_ALLOW_HTTP else ("https://",)
     if not issuer.startswith(schemes):
         raise _invalid("issuer", "the issuer must be an https:// URL")
+    loopback = outbound.loopback_allowed(settings.GAVEL_OIDC_ALLOW_HTTP)
+    if refusal := outbound.url_refusal(issuer, allow_loopback=loopback):
+        raise _invalid("issuer", f"the issuer {refusal}")
     if not values["client_id"]:
         raise _invalid("clientId", "a client id is required")
     if values["principal_claim"] not in TenantOidc.PRINCIPAL_CLAIMS:
