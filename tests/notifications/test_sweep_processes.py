@@ -41,7 +41,7 @@ def _sweep(env: dict, log) -> subprocess.Popen:
 
 
 def test_two_sweeps_fire_the_reminder_and_the_escalation_once_each_at_their_delays(
-    on_postgres, tenant_a, admin_a, lead_a, reviewer_a, tmp_path
+    on_postgres, tenant_a, admin_a, lead_a, reviewer_a, tmp_path, settings
 ):
     if not on_postgres:
         pytest.skip("needs PostgreSQL: two processes on one database")
@@ -52,9 +52,12 @@ def test_two_sweeps_fire_the_reminder_and_the_escalation_once_each_at_their_dela
     team = Team.objects.create(tenant=tenant_a, name="support")
     alice.teams.add(team)
     team.leads.add(lead_a)
-    webhooks.webhook_create(tenant=tenant_a, url="https://hooks.example/")
+    # A closed port on loopback: the deliveries are counted, and no request leaves the machine.
+    settings.GAVEL_WEBHOOK_ALLOW_HTTP = True
+    webhooks.webhook_create(tenant=tenant_a, url="http://127.0.0.1:9/")
     env = {
         **os.environ,
+        "GAVEL_WEBHOOK_ALLOW_HTTP": "1",
         "DATABASE_URL": _database_url(),
         "DEBUG": "1",
         "PYTHONUNBUFFERED": "1",
