@@ -30,7 +30,7 @@ from console.services import sso as services
 log = logging.getLogger(__name__)
 SESSION_KEY = "gavel_sso"
 ATTEMPT_SECONDS = 10 * 60  # an attempt not completed within this is refused
-BACKEND = "django.contrib.auth.backends.ModelBackend"
+BACKEND = "console.logins.LoginBackend"
 
 
 def _facts(request, **extra) -> dict:

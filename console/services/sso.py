@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from console import crypto, links, oidc
+from console import crypto, links, logins, oidc
 from console.access import acting_principal, capabilities_of
 from console.errors import Conflict, Invalid
 from console.models import ApiKey, Principal, Role, TenantOidc
@@ -225,21 +224,25 @@ def _mapped_roles(config: TenantOidc, claims: dict) -> list[str]:
     )
 
 
+def _refuse_operator(principal_id: str):
+    raise Refused(
+        "staff_login",
+        "This account cannot sign in with SSO here: sign in with its password.",
+        principal_id,
+    )
+
+
 def _login_for(principal: Principal):
-    """The Django login this principal signs in with: its own, else one named by its id that
-    no other tenant's principal holds (a login shared with another tenant is refused: this
-    tenant's provider vouches for this tenant only), and so is a staff or superuser login
-    (Django admin: the whole console, beyond any one tenant's provider)."""
-    User = get_user_model()
-    user = principal.user or User.objects.filter(username=principal.external_id).first()
+    """The Django login this principal signs in with: its own, else a new login of this
+    tenant's (never one found by name: that may be another tenant's or the operator's). A
+    login shared with another tenant is refused (this tenant's provider vouches for this
+    tenant only), and so is an operator's (staff or superuser: the whole console, beyond any
+    one tenant's provider), or an id naming one."""
+    user = principal.user
+    if logins.is_operator(user):
+        _refuse_operator(principal.external_id)
     if user is not None:
-        if user.is_staff or user.is_superuser:
-            raise Refused(
-                "staff_login",
-                "This account administers the whole console: sign in with its password.",
-                principal.external_id,
-            )
-        if Principal.objects.filter(user=user).exclude(tenant=principal.tenant_id).exists():
+        if logins.shared_elsewhere(user, tenant_id=principal.tenant_id):
             raise Refused(
                 "login_shared",
                 "Your account is shared with another organisation here: sign in with your "
@@ -249,10 +252,9 @@ def _login_for(principal: Principal):
         if not user.is_active:
             raise Refused("deactivated", "Your account is deactivated.", principal.external_id)
     else:
-        user = User(username=principal.external_id, email=principal.email)
-        user.set_unusable_password()
-        user.save()
-    if principal.user_id != user.pk:
+        user = logins.create_login(
+            tenant=principal.tenant, principal_id=principal.external_id, email=principal.email
+        )
         principal.user = user
         principal.save(update_fields=["user"])
     return user
@@ -265,6 +267,8 @@ def sso_principal(*, config: TenantOidc, claims: dict) -> tuple[SignIn, object]:
     reviewed). A deactivated principal is refused."""
     tenant = config.tenant
     principal_id = _principal_id(config, claims)
+    if logins.reserved(principal_id):
+        _refuse_operator(principal_id)
     principal = Principal.objects.filter(tenant=tenant, external_id=principal_id).first()
     created = principal is None
     if created:
