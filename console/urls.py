@@ -2,7 +2,7 @@ from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
-from console import accounts, scim, sso, views
+from console import accounts, passwords, scim, sso, views
 from console.api import api
 
 urlpatterns = [
@@ -12,7 +12,7 @@ urlpatterns = [
     path("accounts/reauth/", accounts.reauth, name="reauth"),
     path("accounts/tenant/", accounts.switch_tenant, name="switch_tenant"),
     *sso.urlpatterns,  # Sign in with SSO (OpenID Connect, per tenant)
-    path("accounts/", include("django.contrib.auth.urls")),
+    *passwords.urlpatterns,  # sign-out, password change and reset: the console's own
     path("", views.home, name="home"),
     path("", include("console.manage.urls")),
     path("", include("runs.urls")),

@@ -19,6 +19,7 @@ from console.models import (
     Tenant,
 )
 from console.services.auditlog import audit  # noqa: F401 (the one writer of audit entries)
+from console.services.passwords import login_password_write
 from console.services.wire import actor_fields, api_key_resource
 
 
@@ -264,9 +265,7 @@ def _principal_set_login(*, principal: Principal, password: str, link=None) -> N
         user = link
     elif logins.owned_alone(principal):
         user = principal.user
-        user.set_password(password)
-        user.email = principal.email
-        user.save(update_fields=["password", "email"])
+        login_password_write(user=user, password=password, email=principal.email)
     else:
         user = logins.create_login(
             tenant=principal.tenant,

@@ -258,3 +258,123 @@ def test_h3_a_right_password_in_a_variant_signs_in_as_django_would(client, viewe
     assert response.status_code == 302
     succeeded = AuditEvent.objects.get(tenant=tenant_a, action="signin.succeeded")
     assert succeeded.object_id == VIEWER
+
+
+# --- M7: password change and reset are the console's own ---
+
+ALICE_EMAIL = "alice@a.example"
+
+
+@pytest.fixture
+def alice(tenant_a):
+    principal = PrincipalFactory(
+        tenant=tenant_a, external_id="alice", role="viewer", password="alice-own-pass-1"
+    )
+    principal.email = ALICE_EMAIL
+    principal.save(update_fields=["email"])
+    principal.user.email = ALICE_EMAIL
+    principal.user.save(update_fields=["email"])
+    return principal
+
+
+def _change(client, current, new="brand-new-pass-42"):
+    return client.post(
+        "/accounts/password_change/",
+        {"old_password": current, "new_password1": new, "new_password2": new},
+        REMOTE_ADDR="10.0.4.1",
+    )
+
+
+def test_m7_a_wrong_current_password_is_under_the_sign_in_lockout_and_audited(
+    client, alice, tenant_a
+):
+    client.force_login(alice.user)
+    for n in range(5):
+        response = _change(client, f"guess-{n}")
+        assert response.status_code == 422 and "did not match" in response.content.decode()
+    assert _change(client, "alice-own-pass-1").status_code == 429
+    alice.user.refresh_from_db()
+    assert alice.user.check_password("alice-own-pass-1")
+    failed = _failed(tenant_a)
+    assert [e.data.get("via") for e in failed[:5]] == ["password_change"] * 5
+    # The same count as the login page's.
+    assert _sign_in(Client(), "alice", "alice-own-pass-1").status_code == 429
+
+
+def test_m7_a_password_change_goes_through_the_console_writer_and_is_audited(
+    client, alice, tenant_a
+):
+    client.force_login(alice.user)
+    response = _change(client, "alice-own-pass-1")
+    assert response.status_code == 302 and response["Location"] == "/accounts/password_change/done/"
+    assert client.get("/accounts/password_change/done/").status_code == 200  # still signed in
+    alice.user.refresh_from_db()
+    assert alice.user.check_password("brand-new-pass-42")
+    event = AuditEvent.objects.get(tenant=tenant_a, action="principal.password_changed")
+    assert event.data["via"] == "password_change" and event.object_id == "alice"
+    short = _change(client, "brand-new-pass-42", new="short")
+    assert short.status_code == 422 and "too short" in short.content.decode()
+
+
+def _reset(client, email, address="10.0.5.1"):
+    return client.post("/accounts/password_reset/", {"email": email}, REMOTE_ADDR=address)
+
+
+def test_m7_reset_mail_is_queued_in_the_outbox_throttled_and_audited(
+    client, alice, tenant_a, mailoutbox
+):
+    from notifications.models import OutboundEmail
+
+    answers = [_reset(client, ALICE_EMAIL) for _ in range(5)]
+    unknown = _reset(client, "nobody@a.example")
+    for response in [*answers, unknown]:  # no account-existence oracle
+        assert response.status_code == 302
+        assert response["Location"] == "/accounts/password_reset/done/"
+    assert mailoutbox == []  # nothing sent in the request
+    queued = OutboundEmail.objects.filter(to=ALICE_EMAIL)
+    assert queued.count() == 3 and all(m.tenant_id == tenant_a.pk for m in queued)
+    events = AuditEvent.objects.filter(tenant=tenant_a, action="principal.password_reset_requested")
+    assert [e.data["mailed"] for e in events.order_by("pk")] == [True] * 3 + [False] * 2
+    assert client.get("/accounts/password_reset/done/").status_code == 200
+
+
+def test_m7_reset_requests_are_throttled_per_address(client, alice):
+    for n in range(10):
+        assert _reset(client, f"someone{n}@x.example").status_code == 302
+    assert _reset(client, ALICE_EMAIL).status_code == 429
+    assert _reset(client, ALICE_EMAIL, address="10.0.5.2").status_code == 302
+
+
+def test_m7_the_reset_link_sets_the_password_once_through_the_console_writer(
+    client, alice, tenant_a
+):
+    import re
+
+    from notifications.models import OutboundEmail
+
+    _reset(client, ALICE_EMAIL)
+    mail = OutboundEmail.objects.get(to=ALICE_EMAIL)
+    assert "alice" in mail.text_body
+    link = re.search(r"http://\S+/accounts/reset/\S+/", mail.text_body).group(0)
+    path = link.split("testserver", 1)[1]
+    form_page = client.get(path)
+    assert form_page.status_code == 302  # Django keeps the token out of the Referer
+    set_url = form_page["Location"]
+    assert client.get(set_url).status_code == 200
+    new = {"new_password1": "reset-new-pass-9", "new_password2": "reset-new-pass-9"}
+    done = client.post(set_url, new)
+    assert done.status_code == 302 and done["Location"] == "/accounts/reset/done/"
+    alice.user.refresh_from_db()
+    assert alice.user.check_password("reset-new-pass-9")
+    event = AuditEvent.objects.get(tenant=tenant_a, action="principal.password_changed")
+    assert event.data["via"] == "password_reset"
+    again = Client().get(path, follow=True)
+    assert "no longer valid" in again.content.decode()
+
+
+def test_an_operators_login_gets_no_console_reset_mail(client, tenant_a, mailoutbox):
+    from notifications.models import OutboundEmail
+
+    get_user_model().objects.create_superuser("root", "ops@operator.example", ROOT_PASSWORD)
+    assert _reset(client, "ops@operator.example").status_code == 302
+    assert mailoutbox == [] and not OutboundEmail.objects.exists()
