@@ -17,7 +17,7 @@ from console import crypto, links, logins, oidc
 from console.access import acting_principal, capabilities_of
 from console.errors import Conflict, Invalid
 from console.models import ApiKey, Principal, Role, TenantOidc
-from console.services import audit
+from console.services import audit, sso_domains
 from console.services.principals import principal_add, principal_update
 
 FIELDS = (
@@ -60,6 +60,7 @@ def oidc_wire(config: TenantOidc | None) -> dict:
             "roleMap": {},
             "emailDomains": [],
             "allowPasswordLogin": True,
+            "domainVerification": [],
         }
     return {
         "issuer": config.issuer,
@@ -70,6 +71,7 @@ def oidc_wire(config: TenantOidc | None) -> dict:
         "roleMap": config.role_map,
         "emailDomains": config.email_domains,
         "allowPasswordLogin": config.allow_password_login,
+        "domainVerification": sso_domains.domains_wire(config.tenant),
     }
 
 
@@ -78,7 +80,8 @@ def _invalid(path: str, message: str) -> Invalid:
 
 
 def _check(tenant, values: dict) -> None:
-    """422 for settings that cannot work; 409 for an email domain another tenant signs in."""
+    """422 for settings that cannot work; 409 for an email domain another tenant holds
+    verified (an unverified claim elsewhere blocks nobody: console/services/sso_domains.py)."""
     issuer = values["issuer"]
     if not issuer:
         raise _invalid("issuer", "an issuer is required")
@@ -96,8 +99,7 @@ def _check(tenant, values: dict) -> None:
     for domain in values["email_domains"]:
         if "." not in domain or "@" in domain or domain != domain.lower().strip():
             raise _invalid("emailDomains", f"'{domain}' is not a lowercase domain name")
-    held = TenantOidc.objects.exclude(tenant=tenant).values_list("email_domains", flat=True)
-    taken = sorted(set(values["email_domains"]) & {d for domains in held for d in domains})
+    taken = sso_domains.verified_elsewhere(tenant=tenant, domains=values["email_domains"])
     if taken:
         raise Conflict(
             "another tenant signs in people of this email domain",
@@ -138,6 +140,7 @@ def _oidc_save(*, tenant, current, values, secret, viewer) -> TenantOidc:
         config.client_secret_encrypted = crypto.encrypt(secret)
     config.updated_at = timezone.now()
     config.save()
+    sso_domains.domains_sync(tenant=tenant, domains=config.email_domains)
     audit(
         tenant=tenant,
         action="tenant.oidc_updated",
@@ -160,6 +163,7 @@ def oidc_delete(*, tenant, viewer) -> None:
         return
     before = oidc_wire(current)
     current.delete()
+    sso_domains.domains_sync(tenant=tenant, domains=[])
     audit(
         tenant=tenant,
         action="tenant.oidc_updated",
