@@ -48,17 +48,22 @@ def _qualified(name: str):
     return principal.user if principal else None
 
 
+def plain_login(raw):
+    """The login whose username is this name (normalised), or None."""
+    name = signin_name(raw)
+    if not name:
+        return None
+    User = get_user_model()
+    return User._default_manager.filter(**{User.USERNAME_FIELD: name}).first()
+
+
 def login_named(raw):
     """The one login a typed sign-in name opens, or None: `<slug>/<id>` names that tenant's
     principal's login; any other name is the login of that (plain) username."""
     name = signin_name(raw)
     if not name:
         return None
-    user = _qualified(name)
-    if user is not None:
-        return user
-    User = get_user_model()
-    return User._default_manager.filter(**{User.USERNAME_FIELD: name}).first()
+    return _qualified(name) or plain_login(name)
 
 
 def lockout_key(*, raw=None, user=None) -> str:

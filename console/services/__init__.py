@@ -222,7 +222,7 @@ def _shared_login_proof(*, tenant: Tenant, external_id: str, password: str):
     principal is linked to it. Else None: the principal gets a login of its own. The check
     is counted by the sign-in lockout like a sign-in (a locked login is not tried), and its
     outcome never changes the answer, so it tells a tenant nothing about other tenants."""
-    user = logins.login_named(external_id)
+    user = logins.plain_login(external_id)  # the same id's login (never `<slug>/<id>`)
     if (
         user is None
         or logins.is_operator(user)
