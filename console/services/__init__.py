@@ -205,14 +205,17 @@ def _principal_create(
     return principal, created
 
 
-def principal_refuse_reserved(*, external_id: str) -> None:
+def principal_refuse_reserved(*, external_id: str, path: str = "id") -> None:
     """409 `login_reserved` for an id that names an operator's (staff or superuser) login:
     such a login is never a tenant's principal (it reaches every tenant through Django
-    admin). The answer says no more than that the id cannot be used."""
+    admin). The answer says no more than that the id cannot be used (`details[].path`: the
+    field refused, `id` or `password`)."""
     if logins.reserved(external_id):
+        message = f"the id '{external_id}' cannot be used for a principal here"
         raise Conflict(
-            f"the id '{external_id}' cannot be used for a principal here: choose another id",
+            f"{message}: choose another id",
             code="login_reserved",
+            details=[{"path": path, "message": message}],
         )
 
 
@@ -252,7 +255,7 @@ def _principal_set_login(*, principal: Principal, password: str, link=None) -> N
     shares, never a bare login found by name. Otherwise the principal gets a login of its
     own (its id if that username is free, else `<tenant>/<id>`), leaving the other login as
     it was. `link`: a login whose password was proven (`_shared_login_proof`), linked as is."""
-    principal_refuse_reserved(external_id=principal.external_id)
+    principal_refuse_reserved(external_id=principal.external_id, path="password")
     if len(principal.external_id) > USERNAME_MAX:  # a 500 the fuzz run found (issue 18)
         raise Invalid(
             f"a principal whose id is over {USERNAME_MAX} characters cannot sign in",

@@ -116,6 +116,10 @@ def test_c1_the_manage_page_refuses_a_staff_login(client, tenant_b, root):
     assert response.status_code in (409, 422)
     assert "cannot be used" in response.content.decode()
     assert _unchanged(root, ROOT_PASSWORD, "ops@operator.example")
+    PrincipalFactory(tenant=tenant_b, external_id="root")  # first seen from a runtime
+    edit = client.post("/manage/principals/root/password/", {"password": "Tenant-Beta-Owns-1"})
+    assert edit.status_code in (409, 422) and "cannot be used" in edit.content.decode()
+    assert _unchanged(root, ROOT_PASSWORD, "ops@operator.example")
 
 
 def test_c1_scim_cannot_create_a_principal_of_a_staff_login(client, tenant_b, root):
