@@ -14,7 +14,6 @@ from urllib.parse import urlencode
 
 from django import forms
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.views import LoginView, redirect_to_login
 from django.shortcuts import redirect, render
@@ -23,7 +22,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
-from console import access, realtime, signin
+from console import access, logins, realtime, signin
 from console.models import Principal
 from console.services import audit, sso
 from console.views import error_page
@@ -45,8 +44,7 @@ def _facts(request, *, username: str, **extra) -> dict:
     }
 
 
-def _failure_reason(username: str) -> str:
-    user = get_user_model().objects.filter(username=username).first() if username else None
+def _failure_reason(user) -> str:
     if user is None:
         return "unknown_account"
     if not user.is_active:
@@ -54,13 +52,12 @@ def _failure_reason(username: str) -> str:
     return "wrong_password"
 
 
-def audit_signin(request, *, action: str, username: str, **extra) -> None:
-    """`signin.failed` / `signin.succeeded` in each tenant where the login is a principal."""
+def audit_signin(request, *, action: str, username: str, user=None, **extra) -> None:
+    """`signin.failed` / `signin.succeeded` in each tenant where the login (`user`: the one
+    the typed `username` opens, as Django's sign-in resolves it) is a principal."""
     data = _facts(request, username=username, **extra)
     principals = list(
-        Principal.objects.filter(user__username=username).select_related("tenant")
-        if username
-        else []
+        Principal.objects.filter(user=user).select_related("tenant") if user is not None else []
     )
     if not principals:
         log.warning("%s for no tenant's login: %s", action, data)
@@ -95,16 +92,24 @@ def locked_page(request, attempt: signin.Attempt):
     return response
 
 
-def password_attempt(request, *, username: str, check, **facts):
+def password_attempt(request, *, username: str, check, user=None, **facts):
     """Run `check()` (True: the password was right) under the lockout, and audit it.
-    Returns the refused Attempt (locked: answer `locked_page`) or None and check's answer."""
-    attempt = signin.attempt_begin(username=username, address=signin.client_address(request))
+    `username`: what was typed; the lockout and the audit go by the login it opens, found
+    as Django's sign-in form and backend find it (stripped, NFKC: `logins.login_named`), so
+    every variant of a name counts for the same account. `user`: that login, when the
+    caller knows it already (re-authentication). Returns the refused Attempt (locked: answer
+    `locked_page`) or None and check's answer."""
+    if user is None:
+        user = logins.login_named(username)
+    key = logins.lockout_key(raw=username, user=user)
+    attempt = signin.attempt_begin(username=key, address=signin.client_address(request))
     if attempt.locked_until is not None:
         if signin.refusal_to_audit(attempt):
             audit_signin(
                 request,
                 action="signin.failed",
                 username=username,
+                user=user,
                 reason="locked_out",
                 lockedUntil=attempt.locked_until.isoformat(),
                 **facts,
@@ -113,7 +118,7 @@ def password_attempt(request, *, username: str, check, **facts):
     result = check()  # True, False, or the reason a right password is refused
     if result is True:
         signin.attempt_succeeded(attempt)
-        audit_signin(request, action="signin.succeeded", username=username, **facts)
+        audit_signin(request, action="signin.succeeded", username=username, user=user, **facts)
         return None, True
     locked = signin.attempt_failed(attempt)
     extra = {"lockedUntil": locked.isoformat()} if locked else {}
@@ -121,7 +126,8 @@ def password_attempt(request, *, username: str, check, **facts):
         request,
         action="signin.failed",
         username=username,
-        reason=result if isinstance(result, str) else _failure_reason(username),
+        user=user,
+        reason=result if isinstance(result, str) else _failure_reason(user),
         **extra,
         **facts,
     )
@@ -192,6 +198,7 @@ def _reauthenticate(request, password: str):
     refused, ok = password_attempt(
         request,
         username=user.get_username(),
+        user=user,
         check=lambda: user.is_active and user.check_password(password),
         reauth=True,
     )

@@ -300,6 +300,38 @@ class TenantOidc(models.Model):
         return f"{self.tenant.slug}: {self.issuer}"
 
 
+class SsoDomain(models.Model):
+    """An email domain a tenant's SSO claims (one row per entry of `TenantOidc.email_domains`),
+    and whether the tenant proved it owns it: a DNS TXT record, a mail to the domain's admin
+    address, or an operator's pin (`manage.py sso_domain`). Only a verified domain routes the
+    login page to the tenant's provider, and only one tenant may hold it verified; unverified
+    claims block nobody (console/services/sso_domains.py)."""
+
+    DNS, MAIL, OPERATOR = "dns", "mail", "operator"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="sso_domains")
+    domain = models.CharField(max_length=253)
+    token = models.CharField(max_length=64)  # the TXT record's value: not a secret
+    verified_at = models.DateTimeField(null=True, blank=True)
+    method = models.CharField(max_length=16, blank=True)  # DNS, MAIL or OPERATOR
+    mail_token_hash = models.CharField(max_length=64, blank=True)  # SHA-256 of the link's token
+    mail_sent_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "domain"], name="sso_domain_unique"),
+            models.UniqueConstraint(
+                fields=["domain"],
+                condition=models.Q(verified_at__isnull=False),
+                name="sso_domain_verified_once",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.domain} ({self.tenant_id}, {'verified' if self.verified_at else 'claimed'})"
+
+
 class SigninThrottle(models.Model):
     """Failed sign-in attempts of one account or one address in the current window, and the
     lock they caused (console/signin.py). One row per (scope, key), changed only by atomic

@@ -36,6 +36,18 @@ class OidcPatch(CamelSchema):
         return {name: dumped[name] for name in self.model_fields_set}
 
 
+class DomainVerificationOut(CamelSchema):
+    """A claimed email domain: whether the tenant proved it owns it (only then does the login
+    page route its people here), how, and the DNS TXT record that proves it."""
+
+    domain: str
+    verified: bool
+    method: Literal["dns", "mail", "operator"] | None
+    verified_at: str | None
+    txt_name: str
+    txt_value: str
+
+
 class OidcOut(CamelSchema):
     issuer: str | None
     client_id: str | None
@@ -45,4 +57,5 @@ class OidcOut(CamelSchema):
     role_map: dict[str, str]
     email_domains: list[str]
     allow_password_login: bool
+    domain_verification: list[DomainVerificationOut]
     redirect_uri: str

@@ -266,6 +266,10 @@ else:
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# Sign-in names are resolved by console/logins.py (Django's ModelBackend, with `<tenant>/<id>`).
+AUTHENTICATION_BACKENDS = ["console.logins.LoginBackend"]
+# Django admin (/django-admin/) is the operator's, for staff logins: not routed unless this is on.
+GAVEL_DJANGO_ADMIN = env_bool("GAVEL_DJANGO_ADMIN", False)
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/approvals/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"

@@ -223,6 +223,16 @@ def refusal_to_audit(attempt: Attempt) -> bool:
     )
 
 
+def throttle_take(*, scope: str, value: str, limit: int) -> bool:
+    """Count one more use of (scope, value) in its fixed window (the sign-in window) on the
+    lockout's table; False once the window holds more than `limit` (nothing is locked: the
+    window's end frees it). For throttles beside sign-in, e.g. password reset mail."""
+    at = now()
+    failures, _locked = _reserve(scope, _key(scope, value), at)
+    _purge(at)
+    return failures <= limit
+
+
 def _purge(at: datetime) -> None:
     """Delete rows whose window and lock are over (at most once a minute per process)."""
     global _last_purge  # noqa: PLW0603 - a per-process timer

@@ -2,8 +2,10 @@
 flow with PKCE S256, a fresh state and nonce per attempt).
 
 `POST /accounts/sso/` (CSRF; `org` = a tenant slug or a work email whose domain a tenant
-claims) starts an attempt: its state, nonce and PKCE verifier go into the session under the
-tenant's slug, and the browser goes to the provider. The provider sends it back to
+proved it owns) answers the same page for any `org`, which moves on to
+`/accounts/sso/continue/`: there, for a known organisation, an attempt starts (its state, nonce
+and PKCE verifier go into the session under the tenant's slug) and the browser goes to the
+provider; any other `org` ends at a refusal. The provider sends it back to
 `/accounts/sso/<slug>/callback/`, where the attempt is taken out of the session (one use),
 the state compared, the code exchanged (with the verifier) and the ID token verified
 (console/oidc.py); then the principal it names is signed in (console/services/sso.py).
@@ -13,24 +15,28 @@ log (the tenant is in the callback's address, so even a stray callback is record
 
 import hmac
 import logging
+import secrets
 import time
+from urllib.parse import urlencode
 
 from django.contrib.auth import login
+from django.core import signing
 from django.shortcuts import redirect, render
-from django.urls import path
+from django.urls import path, reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from console import access, crypto, oidc, signin
 from console.accounts import USER_AGENT_LIMIT, _safe_next
+from console.errors import Conflict
 from console.models import Tenant, TenantOidc
-from console.services import audit
+from console.services import audit, sso_domains
 from console.services import sso as services
 
 log = logging.getLogger(__name__)
 SESSION_KEY = "gavel_sso"
 ATTEMPT_SECONDS = 10 * 60  # an attempt not completed within this is refused
-BACKEND = "django.contrib.auth.backends.ModelBackend"
+BACKEND = "console.logins.LoginBackend"
 
 
 def _facts(request, **extra) -> dict:
@@ -61,27 +67,60 @@ def _refused(request, *, tenant, reason: str, message: str, principal_id=None, s
 def _config_for(org: str) -> TenantOidc | None:
     """The SSO settings of a tenant named by slug, or by a work email's domain."""
     org = org.strip().lower()
-    if "@" in org:
-        domain = org.rsplit("@", 1)[1]
-        return next(
-            (c for c in TenantOidc.objects.select_related("tenant") if domain in c.email_domains),
-            None,
-        )
+    if "@" in org:  # only a domain its tenant proved it owns
+        return sso_domains.domain_routed(org.rsplit("@", 1)[1])
     return TenantOidc.objects.select_related("tenant").filter(tenant__slug=org).first()
+
+
+CONTINUE_SESSION_KEY = "gavel_sso_continue"
+CONTINUE_SALT = "gavel.sso.continue"
+UNKNOWN_MESSAGE = (
+    'We can\'t sign you in with single sign-on as "{org}". Check your organisation or work '
+    "email, or sign in with your password."
+)
 
 
 @never_cache
 @require_POST
 def sso_start(request):
-    org = str(request.POST.get("org", ""))[:254]
-    config = _config_for(org) if org.strip() else None
+    """The same answer for any `org`, known or not (no tenant is told apart here): a page
+    that moves on to /accounts/sso/continue/ with the request signed and bound to this
+    session; that step sends a known organisation's people to its provider and ends any
+    other at a refusal."""
+    org = str(request.POST.get("org", ""))[:254].strip()
+    nonce = secrets.token_urlsafe(16)
+    request.session[CONTINUE_SESSION_KEY] = nonce
+    ticket = signing.dumps(
+        {"org": org, "next": _safe_next(request, request.POST.get("next")), "n": nonce},
+        salt=CONTINUE_SALT,
+    )
+    url = f"{reverse('sso_continue')}?{urlencode({'t': ticket})}"
+    return render(request, "registration/sso_redirect.html", {"sso_url": url})
+
+
+def _ticket(request) -> dict | None:
+    nonce = request.session.pop(CONTINUE_SESSION_KEY, None)
+    try:
+        data = signing.loads(request.GET.get("t", ""), salt=CONTINUE_SALT, max_age=ATTEMPT_SECONDS)
+    except signing.BadSignature:
+        return None
+    if not nonce or not hmac.compare_digest(str(data.get("n", "")), nonce):
+        return None
+    return data
+
+
+@never_cache
+@require_GET
+def sso_continue(request):
+    data = _ticket(request)
+    if data is None:
+        message = "No sign-in was in progress here (it was used already, or expired)."
+        return _refused(request, tenant=None, reason="no_attempt", message=message)
+    org = str(data.get("org", ""))
+    config = _config_for(org) if org else None
     if config is None:
-        return render(
-            request,
-            "registration/login.html",
-            {"sso_offered": True, "sso_org": org, "sso_unknown": True},
-            status=404,
-        )
+        message = UNKNOWN_MESSAGE.format(org=org[:100])
+        return _refused(request, tenant=None, reason="unknown_org", message=message)
     try:
         metadata = oidc.discover(config.issuer)
     except oidc.OidcError as error:
@@ -94,23 +133,18 @@ def sso_start(request):
         )
     attempt = oidc.new_attempt()
     attempts = request.session.get(SESSION_KEY, {})
-    attempts[config.tenant.slug] = {
-        **attempt,
-        "at": time.time(),
-        "next": _safe_next(request, request.POST.get("next")),
-    }
+    attempts[config.tenant.slug] = {**attempt, "at": time.time(), "next": data.get("next") or "/"}
     request.session[SESSION_KEY] = attempts
     url = oidc.authorization_url(
         metadata,
         client_id=config.client_id,
         redirect_uri=services.redirect_uri(config.tenant, request),
         attempt=attempt,
-        login_hint=org.strip().lower() if "@" in org else None,
+        login_hint=org.lower() if "@" in org else None,
     )
-    # A page that moves on by itself, not a redirect: the login form's CSP allows forms to post
-    # only to us (form-action 'self'), and browsers apply that to a redirect the form's answer
-    # makes too, so a 302 to the provider would be blocked.
-    return render(request, "registration/sso_redirect.html", {"sso_url": url})
+    # Not an answer to a form (that was /accounts/sso/'s page), so the login form's CSP
+    # (form-action 'self') does not apply to this redirect.
+    return redirect(url)
 
 
 def _take_attempt(request, slug: str) -> dict | None:
@@ -203,7 +237,29 @@ def sso_callback(request, slug: str):
     return redirect(attempt["next"])
 
 
+# --- a domain's verification by mail (console/services/sso_domains.py) ---
+
+
+@never_cache
+def sso_domain_confirm(request, token: str):
+    """The link mailed to a domain's administrative address: GET asks to confirm (a link
+    scanner that follows it confirms nothing), POST (CSRF) verifies the domain once."""
+    row = sso_domains.sso_domain_for_link(token=token)
+    context = {"domain": row.domain if row else None, "tenant": row.tenant if row else None}
+    if request.method == "POST" and row is not None:
+        try:
+            confirmed = sso_domains.sso_domain_confirm(token=token)
+        except Conflict as error:
+            context["refused"] = error.message
+            confirmed = None
+        context["confirmed"] = confirmed is not None
+    status = 200 if row is not None else 404
+    return render(request, "registration/sso_domain_confirm.html", context, status=status)
+
+
 urlpatterns = [
     path("accounts/sso/", sso_start, name="sso_start"),
+    path("accounts/sso/continue/", sso_continue, name="sso_continue"),
+    path("accounts/sso/domains/<str:token>/", sso_domain_confirm, name="sso_domain_confirm"),
     path("accounts/sso/<slug:slug>/callback/", sso_callback, name="sso_callback"),
 ]

@@ -1,20 +1,18 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
-from console import accounts, scim, sso, views
+from console import accounts, passwords, scim, sso, views
 from console.api import api
 
 urlpatterns = [
     path("api/v1/", api.urls),
     *scim.urlpatterns,  # SCIM 2.0 provisioning (`scim` keys)
-    # Every password sign-in passes the lockout: Django admin's login page is ours too.
-    path("django-admin/login/", accounts.sign_in),
-    path("django-admin/", admin.site.urls),
     path("accounts/login/", accounts.sign_in, name="login"),
     path("accounts/reauth/", accounts.reauth, name="reauth"),
     path("accounts/tenant/", accounts.switch_tenant, name="switch_tenant"),
     *sso.urlpatterns,  # Sign in with SSO (OpenID Connect, per tenant)
-    path("accounts/", include("django.contrib.auth.urls")),
+    *passwords.urlpatterns,  # sign-out, password change and reset: the console's own
     path("", views.home, name="home"),
     path("", include("console.manage.urls")),
     path("", include("runs.urls")),
@@ -22,3 +20,12 @@ urlpatterns = [
     path("", include("notifications.urls")),
     path("", include("budgets.urls")),
 ]
+
+# Django admin is the operator's (staff logins; it reaches every tenant): routed only with
+# GAVEL_DJANGO_ADMIN=1. Every password sign-in passes the lockout: its login page is ours too.
+django_admin = [
+    path("django-admin/login/", accounts.sign_in),
+    path("django-admin/", admin.site.urls),
+]
+if settings.GAVEL_DJANGO_ADMIN:
+    urlpatterns[1:1] = django_admin

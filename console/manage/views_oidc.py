@@ -5,14 +5,16 @@ and 409s land on the fields they name."""
 
 from django import forms
 from django.urls import path
+from django.views.decorators.http import require_POST
 from pydantic import ValidationError
 
 from console.accounts import require_recent_auth
-from console.errors import Conflict, Invalid
+from console.errors import Conflict, Invalid, NotFound
 from console.manage.common import admin_view, manage_page
 from console.models import TenantOidc
 from console.schemas_oidc import OidcPatch
 from console.services import sso as services
+from console.services import sso_domains
 
 TEMPLATE = "manage/oidc.html"
 # The first segment of a wire path (a 422's `details[].path`) -> the form field.
@@ -85,12 +87,16 @@ class OidcForm(forms.Form):
             self.add_error(FIELD_OF.get(path.split(".")[0]), detail.get("message", "invalid"))
 
 
-def _page(request, form, *, saved=False, status=200):
+def _page(request, form, *, saved=False, status=200, domain_note=None, domain_error=None):
     config = services.oidc_of(request.viewer.tenant)
     context = {
         "form": form,
         "config": config,
         "saved": saved,
+        "domains": sso_domains.domains_wire(request.viewer.tenant),
+        "mail_local_parts": sso_domains.MAIL_LOCAL_PARTS,
+        "domain_note": domain_note,
+        "domain_error": domain_error,
         "redirect_uri": services.redirect_uri(request.viewer.tenant, request),
         "principal_claims": TenantOidc.PRINCIPAL_CLAIMS,
     }
@@ -132,4 +138,31 @@ def _save(request):
     return _page(request, OidcForm.of(services.oidc_of(request.viewer.tenant)), saved=True)
 
 
-urlpatterns = [path("manage/settings/sso/", oidc_settings, name="manage_oidc")]
+@admin_view
+@require_POST
+def oidc_domain_verify(request):
+    """A claimed domain's proof: its DNS TXT record checked now (`method=dns`), or a one-time
+    link mailed to one of its administrative addresses (`method=mail`, `to`)."""
+    tenant, viewer = request.viewer.tenant, request.viewer
+    domain = str(request.POST.get("domain", ""))[:253]
+    note, error, status = None, None, 200
+    try:
+        if request.POST.get("method") == "mail":
+            local = str(request.POST.get("to", ""))[:64]
+            sso_domains.sso_domain_mail(
+                tenant=tenant, domain=domain, local_part=local, viewer=viewer
+            )
+            note = f"A confirmation link is on its way to {local}@{domain}."
+        else:
+            row = sso_domains.sso_domain_verify_dns(tenant=tenant, domain=domain, viewer=viewer)
+            note = f"{row.domain} is verified."
+    except (Invalid, Conflict, NotFound) as refused:
+        error, status = refused.message, refused.status
+    form = OidcForm.of(services.oidc_of(tenant))
+    return _page(request, form, domain_note=note, domain_error=error, status=status)
+
+
+urlpatterns = [
+    path("manage/settings/sso/", oidc_settings, name="manage_oidc"),
+    path("manage/settings/sso/domains/verify/", oidc_domain_verify, name="manage_oidc_domain"),
+]

@@ -3,11 +3,10 @@
 Each is idempotent (the provisioning commands may run again, and concurrently) and audited.
 """
 
-from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 
-from console import signin
-from console.errors import Conflict, Invalid, NotFound, RateLimited
+from console import logins, signin
+from console.errors import Conflict, Invalid, NotFound
 from console.models import (
     CAPABILITIES,
     DEFAULT_ROLES,
@@ -20,6 +19,7 @@ from console.models import (
     Tenant,
 )
 from console.services.auditlog import audit  # noqa: F401 (the one writer of audit entries)
+from console.services.passwords import login_password_write
 from console.services.wire import actor_fields, api_key_resource
 
 
@@ -138,11 +138,14 @@ def principal_create(
     roles: list[str] | None = None,
     teams: list[str] | None = None,
 ) -> tuple[Principal, bool]:
-    """Create or update a principal; with a password it signs in with its id. A login that is
-    already another tenant's principal is linked with its current password only, checked
-    here before anything is written and counted by the sign-in lockout (call this outside a
-    transaction, or a refused guess is rolled back with it and not counted)."""
-    proven = bool(password) and _shared_login_proof(
+    """Create or update a principal; with a password it signs in with its id (or
+    `<tenant>/<id>`). An id that names an operator's (staff or superuser) login is refused
+    (409 `login_reserved`). A login that is already another tenant's principal is linked
+    only when the password is its current one (checked here before anything is written and
+    counted by the sign-in lockout: call this outside a transaction); otherwise the
+    principal gets a login of its own, and the answer is the same either way."""
+    principal_refuse_reserved(external_id=external_id)
+    link = bool(password) and _shared_login_proof(
         tenant=tenant, external_id=external_id, password=password
     )
     return _principal_create(
@@ -153,7 +156,7 @@ def principal_create(
         password=password,
         roles=roles,
         teams=teams,
-        proven=proven,
+        link=link or None,
     )
 
 
@@ -167,7 +170,7 @@ def _principal_create(
     password: str | None,
     roles: list[str] | None,
     teams: list[str] | None,
-    proven: bool,
+    link,
 ) -> tuple[Principal, bool]:
     if not external_id:
         raise Invalid("a principal needs an id")
@@ -186,7 +189,7 @@ def _principal_create(
     Principal.objects.filter(pk=principal.pk).update(**fields)
     principal.refresh_from_db()
     if password:
-        _principal_set_login(principal=principal, password=password, proven=proven)
+        _principal_set_login(principal=principal, password=password, link=link)
     if role_objs:
         principal.roles.add(*role_objs)
     for team_name in teams or []:
@@ -202,70 +205,82 @@ def _principal_create(
     return principal, created
 
 
-def _shared_logins(*, tenant: Tenant, external_id: str):
-    """The login named `external_id` if it is a principal's in another tenant, else None."""
-    user = get_user_model().objects.filter(username=external_id).first()
-    if user is None or not Principal.objects.filter(user=user).exclude(tenant=tenant).exists():
-        return None
-    return user
-
-
-def _shared_login_proof(*, tenant: Tenant, external_id: str, password: str) -> bool:
-    """True if the login is shared with another tenant and this is its password; Conflict
-    if it is shared and this is not; False if it is not shared. The check is counted by the
-    sign-in lockout like a sign-in, so linking cannot be used to guess a password."""
-    user = _shared_logins(tenant=tenant, external_id=external_id)
-    if user is None:
-        return False
-    attempt = signin.attempt_begin(username=user.get_username(), address=None)
-    if attempt.locked_until is not None:
-        raise RateLimited(
-            f"too many wrong passwords for the login '{external_id}'; try again later",
-            retry_after=attempt.retry_after(),
+def principal_refuse_reserved(*, external_id: str, path: str = "id") -> None:
+    """409 `login_reserved` for an id that names an operator's (staff or superuser) login:
+    such a login is never a tenant's principal (it reaches every tenant through Django
+    admin). The answer says no more than that the id cannot be used (`details[].path`: the
+    field refused, `id` or `password`)."""
+    if logins.reserved(external_id):
+        message = f"the id '{external_id}' cannot be used for a principal here"
+        raise Conflict(
+            f"{message}: choose another id",
+            code="login_reserved",
+            details=[{"path": path, "message": message}],
         )
+
+
+def _shared_login_proof(*, tenant: Tenant, external_id: str, password: str):
+    """The login named `external_id` when it is another tenant's principal's (and no
+    operator's) and this is its current password: the same person, so this tenant's
+    principal is linked to it. Else None: the principal gets a login of its own. The check
+    is counted by the sign-in lockout like a sign-in (a locked login is not tried), and its
+    outcome never changes the answer, so it tells a tenant nothing about other tenants."""
+    user = logins.plain_login(external_id)  # the same id's login (never `<slug>/<id>`)
+    if (
+        user is None
+        or logins.is_operator(user)
+        or not user.is_active
+        or not logins.shared_elsewhere(user, tenant_id=tenant.pk)
+        or Principal.objects.filter(user=user, tenant=tenant)
+        .exclude(external_id=external_id)
+        .exists()
+    ):
+        return None
+    attempt = signin.attempt_begin(username=logins.lockout_key(user=user), address=None)
+    if attempt.locked_until is not None:
+        return None
     if user.check_password(password):
         signin.attempt_succeeded(attempt)
-        return True
+        return user
     signin.attempt_failed(attempt)
-    raise Conflict(
-        f"the login '{external_id}' is already a principal in another tenant and has one "
-        "password for all of them; this is not it. Give its current password to link it "
-        "here too, or no password for a principal that does not sign in",
-        code="login_shared",
-    )
+    return None
 
 
 USERNAME_MAX = 150  # Django's User.username: a principal id signs in as itself
 
 
-def _principal_set_login(*, principal: Principal, password: str, proven: bool) -> None:
-    """The login is named by the principal id (usernames are global) and may be the same
-    id's principal in several tenants, with one password. A login already another tenant's
-    is linked here only when its password was proven (`_shared_login_proof`), and a tenant
-    never changes such a login's password."""
-    User = get_user_model()
-    shared = _shared_logins(tenant=principal.tenant, external_id=principal.external_id)
-    if shared is not None and not proven:
-        raise Conflict(
-            f"the login '{principal.external_id}' is already a principal in another tenant",
-            code="login_shared",
+def _principal_set_login(*, principal: Principal, password: str, link=None) -> None:
+    """Give the principal a password. A tenant writes only a login it owns alone
+    (`logins.owned_alone`): never an operator's, never one another tenant's principal
+    shares, never a bare login found by name. Otherwise the principal gets a login of its
+    own (its id if that username is free, else `<tenant>/<id>`), leaving the other login as
+    it was. `link`: a login whose password was proven (`_shared_login_proof`), linked as is."""
+    principal_refuse_reserved(external_id=principal.external_id, path="password")
+    if len(principal.external_id) > USERNAME_MAX:  # a 500 the fuzz run found (issue 18)
+        raise Invalid(
+            f"a principal whose id is over {USERNAME_MAX} characters cannot sign in",
+            code="validation_error",
+            details=[{"path": "password", "message": "the id is too long to sign in with"}],
         )
-    user = shared or principal.user or User.objects.filter(username=principal.external_id).first()
-    if user is None:
-        if len(principal.external_id) > USERNAME_MAX:  # a 500 the fuzz run found (issue 18)
-            raise Invalid(
-                f"a principal whose id is over {USERNAME_MAX} characters cannot sign in",
-                code="validation_error",
-                details=[{"path": "password", "message": "the id is too long to sign in with"}],
-            )
-        user = User.objects.create_user(username=principal.external_id)
+    replaced = None
+    if link is not None and (principal.user_id in (None, link.pk) or logins.owned_alone(principal)):
+        replaced = principal.user if principal.user_id not in (None, link.pk) else None
+        user = link
+    elif logins.owned_alone(principal):
+        user = principal.user
+        login_password_write(user=user, password=password, email=principal.email)
+    else:
+        user = logins.create_login(
+            tenant=principal.tenant,
+            principal_id=principal.external_id,
+            email=principal.email,
+            password=password,
+        )
     if principal.user_id != user.pk:
         principal.user = user
         principal.save(update_fields=["user"])
-    if shared is None:
-        user.set_password(password)
-        user.email = principal.email
-        user.save(update_fields=["password", "email"])
+    if replaced is not None:  # its own login, now no principal's: gone with the link
+        replaced.delete()
 
 
 def principal_get(*, tenant: Tenant, external_id: str) -> Principal:

@@ -25,6 +25,7 @@ from console.services import (
     admins_exist,
     admins_remain,
     audit,
+    principal_refuse_reserved,
     roles_named,
     teams_named,
     tenant_lock,
@@ -49,18 +50,21 @@ def _password_checked(password: str | None, principal: Principal | None) -> None
 def principal_add(*, tenant: Tenant, fields: dict, viewer) -> Principal:
     """A new principal (`fields`: id, name, email, roles, teams, password). 422 for a
     password the validators refuse or an unknown role or team; 409 `principal_exists` for a
-    held id. With a password it signs in with its id; a login that is already another
-    tenant's principal is linked only with its current password (409 `login_shared`
-    otherwise, counted by the sign-in lockout: so this runs outside a transaction first)."""
+    held id; 409 `login_reserved` for an id naming an operator's (staff or superuser) login.
+    With a password it signs in with its id (or `<tenant>/<id>`): a login that is already
+    another tenant's principal is linked only with its current password (checked under the
+    sign-in lockout, so this runs outside a transaction first), else the principal gets a
+    login of its own; the answer is the same either way (docs/architecture.md "Identity")."""
     password = fields.get("password")
     _password_checked(password, None)
     roles_named(tenant_id=tenant.pk, names=fields.get("roles", []))
     teams_named(tenant_id=tenant.pk, names=fields.get("teams", []))
     _not_held(tenant=tenant, principal_id=fields["id"])
-    proven = bool(password) and _shared_login_proof(
+    principal_refuse_reserved(external_id=fields["id"])
+    link = bool(password) and _shared_login_proof(
         tenant=tenant, external_id=fields["id"], password=password
     )
-    return _principal_add(tenant=tenant, fields=fields, proven=proven, viewer=viewer)
+    return _principal_add(tenant=tenant, fields=fields, link=link or None, viewer=viewer)
 
 
 def _not_held(*, tenant: Tenant, principal_id: str) -> None:
@@ -73,7 +77,7 @@ def _not_held(*, tenant: Tenant, principal_id: str) -> None:
 
 
 @transaction.atomic
-def _principal_add(*, tenant: Tenant, fields: dict, proven: bool, viewer) -> Principal:
+def _principal_add(*, tenant: Tenant, fields: dict, link, viewer) -> Principal:
     roles = roles_named(tenant_id=tenant.pk, names=fields.get("roles", []))
     teams = teams_named(tenant_id=tenant.pk, names=fields.get("teams", []))
     try:
@@ -91,7 +95,7 @@ def _principal_add(*, tenant: Tenant, fields: dict, proven: bool, viewer) -> Pri
     principal.roles.set(roles)
     principal.teams.set(teams)
     if fields.get("password"):
-        _principal_set_login(principal=principal, password=fields["password"], proven=proven)
+        _principal_set_login(principal=principal, password=fields["password"], link=link)
     after = principal_snapshot(principal)
     audit(
         tenant=tenant,
@@ -107,10 +111,11 @@ def _principal_add(*, tenant: Tenant, fields: dict, proven: bool, viewer) -> Pri
 def principal_update(*, principal: Principal, fields: dict, viewer) -> Principal:
     """Change any of name, email, roles, teams, active, reviewed, password (`fields` holds
     only those sent). 422 before anything is written (password validators, unknown role or
-    team); 409 `login_shared` for a password of a login shared with another tenant (a tenant
-    never changes it); 409 `last_admin` for a change that leaves the tenant without an
-    active admin. Audited `principal.updated`, or `.deactivated` / `.reactivated` when
-    `active` changed."""
+    team); 409 `login_reserved` for a password of an id naming an operator's login; a
+    password for a login this tenant does not own alone (one shared with another tenant)
+    gives the principal a login of its own and leaves the shared one as it was; 409
+    `last_admin` for a change that leaves the tenant without an active admin. Audited
+    `principal.updated`, or `.deactivated` / `.reactivated` when `active` changed."""
     _password_checked(fields.get("password"), principal)
     return _principal_update(principal=principal, fields=fields, viewer=viewer)
 
@@ -147,7 +152,7 @@ def _principal_update(*, principal: Principal, fields: dict, viewer) -> Principa
         for team in principal.led_teams.exclude(pk__in=[t.pk for t in teams]):
             team.leads.remove(principal)  # a lead leaving a team stops leading it
     if fields.get("password"):
-        _principal_set_login(principal=principal, password=fields["password"], proven=False)
+        _principal_set_login(principal=principal, password=fields["password"])
     admins_remain(tenant_id=principal.tenant_id, had=had)
     after = principal_snapshot(principal)
     if after != before or fields.get("password"):

@@ -10,15 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from console import crypto, links, oidc, outbound
+from console import crypto, links, logins, oidc, outbound
 from console.access import acting_principal, capabilities_of
 from console.errors import Conflict, Invalid
 from console.models import ApiKey, Principal, Role, TenantOidc
-from console.services import audit
+from console.services import audit, sso_domains
 from console.services.principals import principal_add, principal_update
 
 FIELDS = (
@@ -61,6 +60,7 @@ def oidc_wire(config: TenantOidc | None) -> dict:
             "roleMap": {},
             "emailDomains": [],
             "allowPasswordLogin": True,
+            "domainVerification": [],
         }
     return {
         "issuer": config.issuer,
@@ -71,6 +71,7 @@ def oidc_wire(config: TenantOidc | None) -> dict:
         "roleMap": config.role_map,
         "emailDomains": config.email_domains,
         "allowPasswordLogin": config.allow_password_login,
+        "domainVerification": sso_domains.domains_wire(config.tenant),
     }
 
 
@@ -79,7 +80,8 @@ def _invalid(path: str, message: str) -> Invalid:
 
 
 def _check(tenant, values: dict) -> None:
-    """422 for settings that cannot work; 409 for an email domain another tenant signs in."""
+    """422 for settings that cannot work; 409 for an email domain another tenant holds
+    verified (an unverified claim elsewhere blocks nobody: console/services/sso_domains.py)."""
     issuer = values["issuer"]
     if not issuer:
         raise _invalid("issuer", "an issuer is required")
@@ -100,8 +102,7 @@ def _check(tenant, values: dict) -> None:
     for domain in values["email_domains"]:
         if "." not in domain or "@" in domain or domain != domain.lower().strip():
             raise _invalid("emailDomains", f"'{domain}' is not a lowercase domain name")
-    held = TenantOidc.objects.exclude(tenant=tenant).values_list("email_domains", flat=True)
-    taken = sorted(set(values["email_domains"]) & {d for domains in held for d in domains})
+    taken = sso_domains.verified_elsewhere(tenant=tenant, domains=values["email_domains"])
     if taken:
         raise Conflict(
             "another tenant signs in people of this email domain",
@@ -142,6 +143,7 @@ def _oidc_save(*, tenant, current, values, secret, viewer) -> TenantOidc:
         config.client_secret_encrypted = crypto.encrypt(secret)
     config.updated_at = timezone.now()
     config.save()
+    sso_domains.domains_sync(tenant=tenant, domains=config.email_domains)
     audit(
         tenant=tenant,
         action="tenant.oidc_updated",
@@ -164,6 +166,7 @@ def oidc_delete(*, tenant, viewer) -> None:
         return
     before = oidc_wire(current)
     current.delete()
+    sso_domains.domains_sync(tenant=tenant, domains=[])
     audit(
         tenant=tenant,
         action="tenant.oidc_updated",
@@ -228,21 +231,25 @@ def _mapped_roles(config: TenantOidc, claims: dict) -> list[str]:
     )
 
 
+def _refuse_operator(principal_id: str):
+    raise Refused(
+        "staff_login",
+        "This account cannot sign in with SSO here: sign in with its password.",
+        principal_id,
+    )
+
+
 def _login_for(principal: Principal):
-    """The Django login this principal signs in with: its own, else one named by its id that
-    no other tenant's principal holds (a login shared with another tenant is refused: this
-    tenant's provider vouches for this tenant only), and so is a staff or superuser login
-    (Django admin: the whole console, beyond any one tenant's provider)."""
-    User = get_user_model()
-    user = principal.user or User.objects.filter(username=principal.external_id).first()
+    """The Django login this principal signs in with: its own, else a new login of this
+    tenant's (never one found by name: that may be another tenant's or the operator's). A
+    login shared with another tenant is refused (this tenant's provider vouches for this
+    tenant only), and so is an operator's (staff or superuser: the whole console, beyond any
+    one tenant's provider), or an id naming one."""
+    user = principal.user
+    if logins.is_operator(user):
+        _refuse_operator(principal.external_id)
     if user is not None:
-        if user.is_staff or user.is_superuser:
-            raise Refused(
-                "staff_login",
-                "This account administers the whole console: sign in with its password.",
-                principal.external_id,
-            )
-        if Principal.objects.filter(user=user).exclude(tenant=principal.tenant_id).exists():
+        if logins.shared_elsewhere(user, tenant_id=principal.tenant_id):
             raise Refused(
                 "login_shared",
                 "Your account is shared with another organisation here: sign in with your "
@@ -252,10 +259,9 @@ def _login_for(principal: Principal):
         if not user.is_active:
             raise Refused("deactivated", "Your account is deactivated.", principal.external_id)
     else:
-        user = User(username=principal.external_id, email=principal.email)
-        user.set_unusable_password()
-        user.save()
-    if principal.user_id != user.pk:
+        user = logins.create_login(
+            tenant=principal.tenant, principal_id=principal.external_id, email=principal.email
+        )
         principal.user = user
         principal.save(update_fields=["user"])
     return user
@@ -268,6 +274,8 @@ def sso_principal(*, config: TenantOidc, claims: dict) -> tuple[SignIn, object]:
     reviewed). A deactivated principal is refused."""
     tenant = config.tenant
     principal_id = _principal_id(config, claims)
+    if logins.reserved(principal_id):
+        _refuse_operator(principal_id)
     principal = Principal.objects.filter(tenant=tenant, external_id=principal_id).first()
     created = principal is None
     if created:

@@ -15,6 +15,7 @@ import pytest
 from django.test import override_settings
 
 from console.services import sso as sso_services
+from console.services import sso_domains
 from tests.browser.conftest import shot
 from tests.oidc_provider import running_provider, set_user
 
@@ -45,6 +46,7 @@ def _configure(tenant, admin, issuer):
         },
         viewer=admin,
     )
+    sso_domains.sso_domain_pin(tenant=tenant, domain="a.example")  # verified: routes (M6)
 
 
 @pytest.fixture

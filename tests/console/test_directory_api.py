@@ -212,10 +212,11 @@ def test_a_shared_logins_password_is_never_changed_by_one_tenant(
     response = admin_api.patch(
         f"{API}/principals/{reviewer_a.external_id}", {"password": "another-long-pass-1"}
     )
-    assert response.status_code == 409
-    assert response.json()["error"]["code"] == "login_shared"
+    assert response.status_code == 200  # tenant A's principal gets a login of its own
     reviewer_a.user.refresh_from_db()
     assert reviewer_a.user.check_password("reviewer-pass-123")
+    own = Principal.objects.get(pk=reviewer_a.pk).user
+    assert own.pk != reviewer_a.user.pk and own.check_password("another-long-pass-1")
 
 
 def test_another_tenants_principal_is_404_with_nothing_of_it(admin_api, reviewer_b):
@@ -478,18 +479,19 @@ def test_post_principals_links_a_shared_login_only_with_its_password(
     admin_api, tenant_b, reviewer_b
 ):
     # reviewer@b.example's login exists in tenant B; tenant A's admin links it here.
+    # Another password: a login of tenant A's own, answered exactly like a linked one.
     wrong = admin_api.post(
         f"{API}/principals", {"id": reviewer_b.external_id, "password": "not-its-password"}
     )
-    assert wrong.status_code == 409 and wrong.json()["error"]["code"] == "login_shared"
-    assert "tenant-b" not in wrong.content.decode()
-    assert not Principal.objects.filter(
-        tenant__slug="tenant-a", external_id=reviewer_b.external_id
-    ).exists()
+    assert wrong.status_code == 201 and wrong.json()["canSignIn"]
+    own = Principal.objects.get(tenant__slug="tenant-a", external_id=reviewer_b.external_id)
+    assert own.user_id not in (None, reviewer_b.user_id)
+    own.delete()
     right = admin_api.post(
         f"{API}/principals", {"id": reviewer_b.external_id, "password": "reviewer-pass-123"}
     )
     assert right.status_code == 201 and right.json()["canSignIn"]
+    assert right.json().keys() == wrong.json().keys()
     linked = Principal.objects.get(tenant__slug="tenant-a", external_id=reviewer_b.external_id)
     assert linked.user_id == reviewer_b.user_id
 

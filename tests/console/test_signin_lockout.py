@@ -185,6 +185,7 @@ def test_the_user_agent_is_kept_short(client, clock, reviewer_a):
     assert event.data["userAgent"] == "x" * 256
 
 
+@pytest.mark.urls("tests.security.identity_urls")  # GAVEL_DJANGO_ADMIN=1 (off by default)
 def test_the_django_admin_login_is_under_the_same_lockout(client, clock, db):
     from django.contrib.auth import get_user_model
 

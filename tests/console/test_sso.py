@@ -11,6 +11,7 @@ from django.test import override_settings
 from console import crypto
 from console.models import AuditEvent, Principal, TenantOidc
 from console.services import sso as sso_services
+from console.services import sso_domains
 from tests.conftest import ApiClient
 from tests.factories import PrincipalFactory, make_key
 from tests.oidc_provider import authorize, query, running_provider, set_user
@@ -57,11 +58,15 @@ def _failures(tenant, reason=None):
 
 
 def _start(client, org="tenant-a"):
+    """The login page's SSO form, then the page's step on (/accounts/sso/continue/), which
+    sends the browser to the provider: the provider's URL."""
     response = client.post("/accounts/sso/", {"org": org})
     assert response.status_code == 200, response.content
     url = response.context["sso_url"]
     assert f'content="0; url={url}"'.replace("&", "&amp;") in response.content.decode()
-    return url
+    going = client.get(url)
+    assert going.status_code == 302, going.content
+    return going["Location"]
 
 
 def _back(client, callback_url):
@@ -142,6 +147,7 @@ def test_first_settings_need_a_client_secret(manage_a, issuer):
 
 
 def test_an_email_domain_another_tenant_claims_is_a_409(client, oidc_a, tenant_b, issuer):
+    sso_domains.sso_domain_pin(tenant=oidc_a.tenant, domain="a.example")  # verified (M6)
     admin_b = PrincipalFactory(tenant=tenant_b, external_id="admin@b.example", role="admin")
     manage_b = ApiClient(client, make_key(tenant_b, scopes=("manage",), principal=admin_b))
     body = {
@@ -212,15 +218,18 @@ def test_a_person_of_no_mapped_group_becomes_a_viewer_not_yet_reviewed(
 
 
 def test_sso_by_work_email_domain_finds_the_tenant(client, tenant_a, oidc_a, issuer):
+    sso_domains.sso_domain_pin(tenant=tenant_a, domain="a.example")  # verified (M6)
     start = _start(client, org="Someone@A.example")
     assert query(start)["client_id"] == "gavel-a"
     assert query(start)["login_hint"] == "someone@a.example"
 
 
-def test_an_unknown_organisation_is_said_on_the_login_page(client, oidc_a):
+def test_an_unknown_organisation_is_said_after_the_same_first_step(client, oidc_a):
     response = client.post("/accounts/sso/", {"org": "nobody.example"})
-    assert response.status_code == 404
-    assert "No organisation signs in with SSO" in response.content.decode()
+    assert response.status_code == 200  # the same page as a known one's (L2)
+    response = client.get(response.context["sso_url"])
+    assert response.status_code == 403
+    assert "can&#x27;t sign you in with single sign-on" in response.content.decode()
 
 
 def test_a_wrong_state_signs_no_one_in_and_is_audited(client, tenant_a, oidc_a, issuer):
@@ -290,10 +299,14 @@ def test_a_deactivated_principal_is_refused(client, tenant_a, oidc_a, issuer):
 def test_a_login_of_another_tenant_is_not_taken_over_by_sso(
     client, tenant_a, oidc_a, issuer, reviewer_b
 ):
+    """Tenant A's principal of that id gets a login of its own: tenant B's is neither taken
+    over nor a reason to refuse (nothing tells tenant A that B holds the id)."""
     response = _sign_in(client, issuer, "u-8", email=reviewer_b.external_id)
-    assert response.status_code == 403
-    assert len(_failures(tenant_a, "login_shared")) == 1
-    assert not Principal.objects.filter(tenant=tenant_a, external_id=reviewer_b.external_id)
+    assert response.status_code == 302
+    in_a = Principal.objects.get(tenant=tenant_a, external_id=reviewer_b.external_id)
+    assert in_a.user_id not in (None, reviewer_b.user_id)
+    reviewer_b.user.refresh_from_db()
+    assert reviewer_b.user.check_password("reviewer-pass-123")
 
 
 def test_a_callback_for_a_tenant_without_sso_is_refused_and_audited(client, tenant_b):
