@@ -13,8 +13,8 @@ from budgets import schemas as s
 from budgets import selectors, services
 from budgets.check import budget_check
 from console import access
-from console.csvsafe import csv_text
 from console.auth import CapableSession, PrincipalKeyAuth, ingest_auth
+from console.csvsafe import csv_text
 from console.errors import Invalid
 from console.schemas import errors, strict_json, unstorable_text
 

@@ -77,7 +77,7 @@ def test_a_signed_press_approves_as_the_mapped_principal_and_replaces_the_messag
     assert response.status_code == 200
     answer = response.json()
     assert answer["replace_original"] is True
-    assert answer["text"] == (
+    assert answer["text"].replace("\u2060", "") == (  # (the joiners that stop links)
         "Approved by reviewer@a.example: send_email (run run_slack for alice@a.example)"
     )
     kinds = [e.get("action_id") for b in answer["blocks"] if b["type"] == "actions"
@@ -217,7 +217,9 @@ def test_the_decided_message_is_posted_to_the_response_url_after_commit(client, 
     assert outbox.run_due(in_server=True)["slack responses"] == 1  # what the server's thread runs
     sent = slack_host.json()
     assert sent == response.json() and sent["replace_original"] is True
-    assert sent["text"].startswith("Approved by reviewer@a.example: send_email")
+    assert (
+        sent["text"].replace("\u2060", "").startswith("Approved by reviewer@a.example: send_email")
+    )
     row.refresh_from_db()
     assert row.status == SlackResponseStatus.DELIVERED and row.attempts == 1
     assert outbox.run_due(in_server=True)["slack responses"] == 0  # sent once

@@ -68,9 +68,7 @@ def test_m2_the_usage_csv_of_the_api_neutralises_principal_and_model(
     assert not [c for c in _cells(records) if c.startswith(("=", "+", "@", "\t", "\r"))]
 
 
-def test_m2_the_usage_csv_page_neutralises_a_principal_named_like_a_formula(
-    formula_usage, lead_a
-):
+def test_m2_the_usage_csv_page_neutralises_a_principal_named_like_a_formula(formula_usage, lead_a):
     page = _browser(lead_a).get("/budgets/usage.csv", {"groupBy": "principal,agent,model"})
     assert page.status_code == 200
     [row] = _records(page)[1:]
@@ -85,3 +83,54 @@ def test_m2_the_one_csv_helper_neutralises_text_only_and_keeps_numbers():
     assert csv_cell("@x") == "'@x" and csv_cell("\tx") == "'\tx" and csv_cell("\rx") == "'\rx"
     assert csv_cell(-5) == -5 and csv_cell(2.5) == 2.5 and csv_cell("a=b") == "a=b"
     assert csv_text([["-5", -5, None, "ok"]]) == "'-5,-5,,ok\r\n"
+
+
+# ---- L6: Slack message formatting ----------------------------------------------------------
+
+BACKTICK_TOOL = "x` *pwn* <https://evil.example|click> `y"
+LINKY_REASON = "log in at http://evil.example/login or www.evil.example, mail help@evil.example"
+
+
+def _mrkdwn_objects(message: dict) -> list[dict]:
+    found = []
+    for block in message["blocks"]:
+        for obj in [block.get("text"), *block.get("fields", []), *block.get("elements", [])]:
+            if isinstance(obj, dict) and obj.get("type") == "mrkdwn":
+                found.append(obj)
+    return found
+
+
+def _l6_message():
+    from notifications.slack import approval_message
+
+    approval = {"id": "apr_1", "status": "pending", "toolName": BACKTICK_TOOL, "runId": "r.1",
+                "reason": LINKY_REASON, "arguments": {"q": "a`b```c"}}  # fmt: skip
+    return approval_message("approval.requested", approval, run_for="http://evil.example")
+
+
+def test_l6_a_back_tick_in_a_tool_name_cannot_close_its_code_span():
+    message = _l6_message()
+    [tool] = [o["text"] for o in _mrkdwn_objects(message) if o["text"].startswith("*Tool*")]
+    body = tool.removeprefix("*Tool*\n")
+    assert body.startswith("`") and body.endswith("`") and body.count("`") == 2
+    assert "&lt;https:" in body  # and no link markup either
+    [summary] = [o["text"] for o in _mrkdwn_objects(message) if o["text"].startswith("```")]
+    assert summary.count("`") == 6  # the block's own fences only
+
+
+def test_l6_bare_urls_domains_and_addresses_are_not_linked():
+    import re
+
+    message = _l6_message()
+    prose = [
+        o["text"] for o in _mrkdwn_objects(message) if not o["text"].startswith(("```", "*Tool*"))
+    ]
+    prose.append(message["text"])
+    linkable = re.compile(r"https?:/|www\.\w|\w\.\w|\w@\w")
+    for text in prose:
+        assert not linkable.search(text), text
+    # what a reader sees is unchanged (the joiner is invisible)
+    reason = next(t for t in prose if t.startswith("*Reason*"))
+    assert reason.replace("\u2060", "") == "*Reason*\n" + LINKY_REASON
+    # and Slack is told not to parse any of it (its documented switch)
+    assert all(o.get("verbatim") is True for o in _mrkdwn_objects(message))
