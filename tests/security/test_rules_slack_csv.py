@@ -134,3 +134,133 @@ def test_l6_bare_urls_domains_and_addresses_are_not_linked():
     assert reason.replace("\u2060", "") == "*Reason*\n" + LINKY_REASON
     # and Slack is told not to parse any of it (its documented switch)
     assert all(o.get("verbatim") is True for o in _mrkdwn_objects(message))
+
+
+# ---- Slack: M3 (the endpoint before a signature holds), L1 (who a Slack user is) -----------
+
+SLACK = "/integrations/slack/actions"
+SIGNING = "8f742231b10e8888abcd99yyyzzz85a5"
+
+
+@pytest.fixture
+def slack_call(tenant_a):
+    from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory
+
+    tenant_a.slack_signing_secret = SIGNING
+    tenant_a.slack_decisions = "decide"
+    tenant_a.save()
+    alice = PrincipalFactory(tenant=tenant_a, external_id="alice@a.example")
+    run = RunFactory(tenant=tenant_a, principal=alice, external_id="run_slack")
+    return ApprovalFactory(run=run, tool_name="send_email")
+
+
+def _press(approval, *, user, action="gavel_approve") -> bytes:
+    import json
+    from urllib.parse import urlencode
+
+    payload = {"type": "block_actions", "user": {"id": user},
+               "actions": [{"action_id": action, "value": approval.public_id}]}  # fmt: skip
+    return urlencode({"payload": json.dumps(payload)}).encode()
+
+
+def _slack_post(client, body: bytes, *, secret=SIGNING, headers=None):
+    import time
+
+    from slack_sdk.signature import SignatureVerifier
+
+    if headers is None:
+        timestamp = str(int(time.time()))
+        signature = SignatureVerifier(secret).generate_signature(timestamp=timestamp, body=body)
+        headers = {"X-Slack-Request-Timestamp": timestamp, "X-Slack-Signature": signature}
+    return client.post(
+        SLACK, body, content_type="application/x-www-form-urlencoded", headers=headers
+    )
+
+
+def _status(approval) -> str:
+    approval.refresh_from_db()
+    return approval.status
+
+
+def test_m3_unsigned_requests_write_nothing_into_the_tenants_audit_log(client, slack_call):
+    from console.models import AuditEvent
+
+    body = _press(slack_call, user="U0ANY", action="gavel_deny")
+    stale = {"X-Slack-Request-Timestamp": "1", "X-Slack-Signature": "v0=00"}
+    answers = [_slack_post(client, body, headers=stale) for _ in range(20)]
+    # a fresh timestamp and a well-formed signature made with the wrong secret
+    answers += [_slack_post(client, body, secret="not-the-secret") for _ in range(5)]
+    assert not AuditEvent.objects.filter(tenant=slack_call.tenant).exists()
+    assert _status(slack_call) == "pending"
+    assert {a.status_code for a in answers} == {401}
+    assert {a.json()["error"]["code"] for a in answers} == {"slack_signature_invalid"}
+
+
+def test_m3_a_timestamp_that_is_not_a_number_is_401_json(client, slack_call):
+    body = _press(slack_call, user="U0ANY")
+    for timestamp in ("abc", "", "1e9", "-5", "9" * 40):
+        headers = {"X-Slack-Request-Timestamp": timestamp, "X-Slack-Signature": "v0=" + "0" * 64}
+        response = _slack_post(client, body, headers=headers)
+        assert response.status_code == 401, timestamp
+        assert response["Content-Type"] == "application/json"
+        assert response.json()["error"]["code"] == "slack_signature_invalid"
+
+
+def test_m3_a_deeply_nested_or_broken_payload_is_400_json_never_500(client, slack_call):
+    import time
+
+    fresh = {"X-Slack-Request-Timestamp": str(int(time.time())),
+             "X-Slack-Signature": "v0=" + "0" * 64}  # fmt: skip
+    for body in (b"payload=" + b"[" * 100_000, b"payload=" + b'{"a":' * 5_000, b"payload=[1]",
+                 b"payload=not-json", b"\xff\xfe", b"nothing=here"):  # fmt: skip
+        response = _slack_post(client, body, headers=fresh)
+        assert response.status_code == 400, body[:20]
+        assert response.json()["error"]["code"] == "invalid_payload"
+
+
+def test_l1_a_typed_in_slack_id_never_says_who_pressed(client, slack_call, admin_a, viewer_a):
+    from notifications.models import NotificationSettings
+
+    url = "/api/v1/me/notification-settings"
+    viewer = ApiClient(
+        Client(), make_key(slack_call.tenant, scopes=("manage",), principal=viewer_a)
+    )
+    admin = ApiClient(Client(), make_key(slack_call.tenant, scopes=("manage",), principal=admin_a))
+    assert viewer.patch(url, {"slackUserId": "UADMIN01"}).status_code == 200  # squatting
+    assert admin.patch(url, {"slackUserId": "UADMIN01"}).status_code == 200  # a claim blocks no one
+    assert viewer.get(url).json()["slackUserId"] == "UADMIN01"  # the wire field stays
+    # a press by UADMIN01 is attributed to neither claimant: both ids are only typed in
+    answer = _slack_post(client, _press(slack_call, user="UADMIN01")).json()
+    assert "does not know who you are" in answer["text"] and _status(slack_call) == "pending"
+    assert not NotificationSettings.objects.filter(slack_user_verified=True).exists()
+
+
+def test_l1_a_slack_id_is_verified_by_a_signed_slack_request_carrying_the_link_code(
+    client, slack_call, admin_a, viewer_a
+):
+    import re
+    from urllib.parse import urlencode
+
+    from notifications.models import NotificationSettings
+
+    url = "/api/v1/me/notification-settings"
+    viewer = ApiClient(
+        Client(), make_key(slack_call.tenant, scopes=("manage",), principal=viewer_a)
+    )
+    viewer.patch(url, {"slackUserId": "UADMIN01"})  # the squatter's claim
+    page = _browser(admin_a).post("/settings/", {"slack_link": "1"})
+    assert page.status_code == 200
+    [code] = re.findall(r"/gavel link ([A-Z0-9]{4}-[A-Z0-9]{4}-[A-Z0-9]{4})", page.content.decode())
+    command = urlencode({"command": "/gavel", "text": f"link {code.lower()}",
+                         "user_id": "UADMIN01", "team_id": "T1"}).encode()  # fmt: skip
+    assert _slack_post(client, command, secret="not-the-secret").status_code == 401
+    assert not NotificationSettings.objects.filter(slack_user_verified=True).exists()
+    linked = _slack_post(client, command)
+    assert linked.status_code == 200 and "admin@a.example" in linked.json()["text"]
+    assert _slack_post(client, command).status_code == 401  # used once
+    mine = NotificationSettings.objects.get(principal=admin_a)
+    assert (mine.slack_user_id, mine.slack_user_verified) == ("UADMIN01", True)
+    assert NotificationSettings.objects.get(principal=viewer_a).slack_user_id is None
+    # now a press by UADMIN01 is the admin's
+    answer = _slack_post(client, _press(slack_call, user="UADMIN01")).json()
+    assert _status(slack_call) == "approved" and slack_call.decided_by == admin_a, answer
