@@ -264,3 +264,178 @@ def test_l1_a_slack_id_is_verified_by_a_signed_slack_request_carrying_the_link_c
     # now a press by UADMIN01 is the admin's
     answer = _slack_post(client, _press(slack_call, user="UADMIN01")).json()
     assert _status(slack_call) == "approved" and slack_call.decided_by == admin_a, answer
+
+
+# ---- H2: a rule is everyone's who made or changed it (four-eyes) -----------------------------
+
+RULES = "/api/v1/rules"
+RUNS = "/api/v1/runs"
+
+
+def _hold(api, run_id, principal, tool, seq=1):
+    """A run for `principal` asks for one call of `tool`; the call's status comes back."""
+    from approvals.models import Approval
+
+    if seq == 1:
+        body = {"id": run_id, "agentId": "bot", "agentVersion": 1, "principalId": principal}
+        assert api.post(RUNS, body).status_code == 201
+    call = {"toolCallId": f"c{seq}", "toolName": tool, "arguments": {"amount": 5},
+            "rejectionMessage": "no"}  # fmt: skip
+    event = {"seq": seq, "type": "approval.requested", "step": seq, "calls": [call]}
+    assert api.post(f"{RUNS}/{run_id}/events", {"events": [event]}).status_code == 200
+    return Approval.objects.get(run__external_id=run_id, tool_call_id=f"c{seq}").status
+
+
+def _manage(principal) -> ApiClient:
+    return ApiClient(Client(), make_key(principal.tenant, scopes=("manage",), principal=principal))
+
+
+def test_h2_a_rule_widened_by_someone_else_never_decides_the_editors_own_calls(
+    ingest_a, admin_a, lead_a
+):
+    admin, lead = _manage(admin_a), _manage(lead_a)
+    made = admin.post(RULES, {"name": "reports ok", "effect": "approve",
+                              "toolPattern": "report.generate"})  # fmt: skip
+    assert made.status_code == 201
+    rule_id = made.json()["id"]
+    widened = lead.patch(
+        f"{RULES}/{rule_id}", {"toolPattern": "*", "principalPattern": "lead@a.example"}
+    )
+    assert widened.status_code == 200 and widened.json()["createdBy"] == "admin@a.example"
+    # the lead's own call waits for someone else
+    assert _hold(ingest_a, "run_lead", "lead@a.example", "payments.transfer") == "pending"
+    explained = lead.post(f"{RULES}/explain", {"toolName": "payments.transfer",
+                                               "runId": "run_lead"}).json()  # fmt: skip
+    assert explained["decision"] == "ask"
+    assert explained["rules"][0]["failed"].startswith(
+        "editedBy: the run is for 'lead@a.example', who changed this rule"
+    )
+    # the rule still decides for everyone else
+    lead.patch(f"{RULES}/{rule_id}", {"principalPattern": "*"})
+    assert _hold(ingest_a, "run_alice", "alice@a.example", "payments.transfer") == "approved"
+
+
+def test_h2_an_edit_through_the_rules_page_makes_the_editor_an_author(ingest_a, admin_a, lead_a):
+    from approvals.models import Rule
+
+    made = _manage(admin_a).post(RULES, {"name": "reports ok", "effect": "approve",
+                                         "toolPattern": "report.generate"}).json()  # fmt: skip
+    form = {"name": "reports ok", "effect": "approve", "tool_pattern": "*",
+            "agent_pattern": "*", "principal_pattern": "*", "has_active": "1", "active": "on",
+            "cond_path": [""], "cond_op": ["equals"], "cond_value": [""]}  # fmt: skip
+    saved = _browser(lead_a).post(f"/rules/{made['id']}/", form)
+    assert saved.status_code == 302, saved.content.decode()[:500]
+    rule = Rule.objects.get(public_id=made["id"])
+    assert rule.tool_pattern == "*" and rule.created_by == admin_a
+    assert _hold(ingest_a, "run_lead", "lead@a.example", "payments.transfer") == "pending"
+    assert _hold(ingest_a, "run_admin", "admin@a.example", "payments.transfer") == "pending"
+    assert _hold(ingest_a, "run_alice", "alice@a.example", "payments.transfer") == "approved"
+    assert list(rule.editors.all()) == [lead_a]
+
+
+# ---- M5: a rule decides only what its authors may decide -------------------------------------
+
+
+def _principal_with_role(tenant, external_id, *, capabilities, decide_tools):
+    from console.models import Role
+    from tests.factories import PrincipalFactory
+
+    role = Role.objects.create(tenant=tenant, name=f"role-{external_id}",
+                               capabilities=capabilities, decide_tools=decide_tools)  # fmt: skip
+    principal = PrincipalFactory(tenant=tenant, external_id=external_id, password="pw-12345678")
+    principal.roles.add(role)
+    return principal, role
+
+
+def test_m5_manage_rules_without_decide_makes_and_changes_no_rule(ingest_a, tenant_a, lead_a):
+    from approvals.models import Rule
+
+    rulesonly, _ = _principal_with_role(
+        tenant_a, "rules@a.example", capabilities=["view_runs", "manage_rules"], decide_tools=[]
+    )
+    api = _manage(rulesonly)
+    for effect in ("approve", "deny"):
+        made = api.post(RULES, {"name": "pay", "effect": effect, "toolPattern": "payments.*"})
+        assert made.status_code == 403, made.content
+        error = made.json()["error"]
+        assert error["code"] == "forbidden" and "'payments.*'" in error["message"]
+    assert not Rule.objects.exists()
+    theirs = _manage(lead_a).post(RULES, {"name": "r", "effect": "approve",
+                                          "toolPattern": "report.generate"}).json()  # fmt: skip
+    widened = api.patch(f"{RULES}/{theirs['id']}", {"toolPattern": "*"})
+    assert widened.status_code == 403
+    assert Rule.objects.get().tool_pattern == "report.generate"
+    assert api.patch(f"{RULES}/{theirs['id']}", {"toolPattern": "*", "name": 5}).status_code == 422
+    assert _hold(ingest_a, "run_x", "alice@a.example", "payments.transfer") == "pending"
+
+
+def test_m5_a_rules_tool_pattern_must_be_covered_by_its_authors_decide_globs(tenant_a):
+    mailer, _ = _principal_with_role(
+        tenant_a, "mailer@a.example", capabilities=["decide", "manage_rules"],
+        decide_tools=["email.*"],
+    )  # fmt: skip
+    api = _manage(mailer)
+    allowed = {"email.send": 201, "email.*": 201, "email.?*": 201}
+    refused = {"*": 403, "e*": 403, "email*": 403, "payments.*": 403}
+    for pattern, status in {**allowed, **refused}.items():
+        made = api.post(RULES, {"name": "r", "effect": "deny", "toolPattern": pattern})
+        assert made.status_code == status, (pattern, made.content)
+
+
+def test_m5_a_rule_whose_author_lost_the_right_no_longer_decides(ingest_a, tenant_a, lead_a):
+    from console.models import Role
+
+    payer, role = _principal_with_role(
+        tenant_a, "payer@a.example", capabilities=["decide", "manage_rules"],
+        decide_tools=["payments.*"],
+    )  # fmt: skip
+    made = _manage(payer).post(RULES, {"name": "pay", "effect": "approve",
+                                       "toolPattern": "payments.*"})  # fmt: skip
+    assert made.status_code == 201
+    assert _hold(ingest_a, "run_1", "alice@a.example", "payments.transfer") == "approved"
+    Role.objects.filter(pk=role.pk).update(decide_tools=["email.*"])  # no rule write at all
+    assert _hold(ingest_a, "run_1", "alice@a.example", "payments.transfer", seq=2) == "pending"
+    Role.objects.filter(pk=role.pk).update(decide_tools=["payments.*"])
+    assert _hold(ingest_a, "run_1", "alice@a.example", "payments.transfer", seq=3) == "approved"
+    payer.is_active = False
+    payer.save()
+    assert _hold(ingest_a, "run_1", "alice@a.example", "payments.transfer", seq=4) == "pending"
+    # an editor's rights count as much as the creator's
+    payer.is_active = True
+    payer.save()
+    reviewer, _ = _principal_with_role(
+        tenant_a, "rev2@a.example", capabilities=["decide", "manage_rules"], decide_tools=["*"]
+    )
+    assert (
+        _manage(reviewer).patch(f"{RULES}/{made.json()['id']}", {"name": "pay!"}).status_code == 200
+    )
+    Role.objects.filter(principals=reviewer).update(capabilities=["manage_rules"])
+    assert _hold(ingest_a, "run_1", "alice@a.example", "payments.transfer", seq=5) == "pending"
+
+
+def test_m5_always_approve_from_a_card_needs_the_right_to_decide_the_tool(tenant_a):
+    from approvals.models import Rule
+    from tests.factories import ApprovalFactory, RunFactory
+
+    mailer, _ = _principal_with_role(
+        tenant_a, "mailer@a.example", capabilities=["view_runs", "decide", "manage_rules"],
+        decide_tools=["email.*"],
+    )  # fmt: skip
+    pay = ApprovalFactory(run=RunFactory(tenant=tenant_a), tool_name="payments.transfer")
+    mail = ApprovalFactory(run=RunFactory(tenant=tenant_a), tool_name="email.send")
+    browser = _browser(mailer)
+    assert (
+        "Always approve calls like this"
+        not in browser.get(f"/approvals/{pay.public_id}/").content.decode()
+    )
+    assert (
+        "Always approve calls like this"
+        in browser.get(f"/approvals/{mail.public_id}/").content.decode()
+    )
+    form = browser.get(f"/rules/new/?approval={pay.public_id}")
+    assert form.status_code == 200  # the prefilled editor still opens; saving it is refused
+    form = {"name": "pay", "effect": "approve", "tool_pattern": "payments[.]transfer"}
+    saved = browser.post("/rules/new/", form)
+    assert saved.status_code == 403
+    assert "may not make a rule for the tool pattern" in saved.content.decode()
+    assert not Rule.objects.exists()
