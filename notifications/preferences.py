@@ -173,7 +173,7 @@ def slack_link_complete(*, code: str, slack_user_id: str) -> NotificationSetting
     )
     if row is None or not row.principal.is_active:
         return None
-    holders = NotificationSettings.objects.select_for_update().filter(
+    holders = NotificationSettings.objects.select_for_update(of=("self",)).filter(
         tenant_id=row.tenant_id, slack_user_id=slack_user_id
     )
     for other in holders.exclude(pk=row.pk).select_related("principal"):

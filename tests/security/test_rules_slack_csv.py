@@ -439,3 +439,39 @@ def test_m5_always_approve_from_a_card_needs_the_right_to_decide_the_tool(tenant
     assert saved.status_code == 403
     assert "may not make a rule for the tool pattern" in saved.content.decode()
     assert not Rule.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_h2_rules_changed_before_the_fix_get_their_editors_from_the_audit_log():
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes()
+    others = [node for node in latest if node[0] != "approvals"]  # every other app as it is
+    before = [("approvals", "0005_webhook_format_slack"), *others]
+    after = [("approvals", "0006_rule_editors"), *others]
+    try:
+        executor.migrate(before)
+        old = MigrationExecutor(connection).loader.project_state(before).apps
+        tenant = old.get_model("console", "Tenant").objects.create(slug="m", name="M")
+        principal = old.get_model("console", "Principal").objects
+        admin = principal.create(tenant=tenant, external_id="admin")
+        lead = principal.create(tenant=tenant, external_id="lead")
+        rule = old.get_model("approvals", "Rule").objects.create(
+            tenant=tenant, public_id="rul_old", name="r", effect="approve", created_by=admin
+        )
+        events = old.get_model("console", "AuditEvent").objects
+        for actor, action in ((admin, "rule.created"), (lead, "rule.updated"),
+                              (admin, "rule.updated")):  # fmt: skip
+            events.create(tenant=tenant, action=action, actor_principal=actor,
+                          object_type="rule", object_id="rul_old")  # fmt: skip
+        executor = MigrationExecutor(connection)
+        executor.migrate(after)
+        new = MigrationExecutor(connection).loader.project_state(after).apps
+        rule = new.get_model("approvals", "Rule").objects.get(pk=rule.pk)
+        assert [p.external_id for p in rule.editors.all()] == ["lead"]
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(latest)
