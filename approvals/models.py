@@ -66,6 +66,10 @@ class Rule(models.Model):
     created_by = models.ForeignKey(
         Principal, null=True, blank=True, on_delete=models.PROTECT, related_name="rules_made"
     )
+    # Every other principal who changed it since (a PATCH or the editor's save). The rule is
+    # theirs too: it never decides their own runs (four-eyes), and it decides a call only
+    # while each of them, and its creator, may decide that tool (approvals/services/rules.py).
+    editors = models.ManyToManyField(Principal, blank=True, related_name="rules_edited")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
     hits = models.PositiveBigIntegerField(default=0)
@@ -80,7 +84,8 @@ class Rule(models.Model):
         return self.public_id
 
     def spec(self) -> RuleSpec:
-        """What matching needs (approvals/rules/); select_related `created_by` for lists."""
+        """What matching needs (approvals/rules/); select_related `created_by` and
+        prefetch `editors` for lists."""
         return RuleSpec(
             id=self.public_id,
             effect=self.effect,
@@ -95,6 +100,7 @@ class Rule(models.Model):
             active=self.active,
             creator_key=self.created_by_id,
             creator_id=self.created_by.external_id if self.created_by_id else None,
+            editors=tuple((p.pk, p.external_id) for p in self.editors.all()),
             source=self,
         )
 

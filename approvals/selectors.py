@@ -148,8 +148,11 @@ def _card(approval, viewer, *, refusal, notice, costs=None, verdicts=None) -> di
         "pickup": _pickup(approval),
         "decided_by": approval.decided_by,
         "decided_by_rule": approval.decided_by_rule,
-        # "Always approve calls like this": a rule editor prefilled from this call.
-        "can_make_rule": viewer is not None and access.can(viewer, "manage_rules"),
+        # "Always approve calls like this": a rule editor prefilled from this call, for those
+        # who may make rules and decide this tool (a rule decides only what its author may).
+        "can_make_rule": viewer is not None
+        and access.can(viewer, "manage_rules")
+        and access.can(viewer, "decide", approval.tool_name),
         "notice": notice,
         **_run_facts(approval.run, verdicts),
         "budgets": costs[approval.run_id]["budgets"],

@@ -178,7 +178,8 @@ def rule_explain(*, viewer, call: Call, now=None) -> dict:
     rules = access.rules_of(viewer=viewer).filter(active=True).order_by("created_at", "id")
     tenant = viewer.tenant
     ruleset = RuleSet([r.spec() for r in rules], allow_self_approval=tenant.allow_self_approval)
-    outcome = ruleset.explain(call, now=now or timezone.now())
+    authority = access.RuleAuthority(ruleset)
+    outcome = ruleset.explain(call, now=now or timezone.now(), authority=authority)
     return {
         "decision": outcome.decision,
         "rule_id": outcome.rule_id,

@@ -17,7 +17,8 @@ from approvals import selectors_stats
 from approvals.rules import OPS
 from approvals.services.rules import rule_create, rule_deactivate, rule_update
 from console import access
-from console.errors import Invalid
+from console.errors import Forbidden, Invalid
+from console.services.auditlog import audit_refused
 from console.views import viewer_view
 
 LIST = "rules/list.html"
@@ -168,6 +169,9 @@ def _save(request, *, rule=None):
             return redirect(f"/rules/?saved={rule.public_id}")
         except Invalid as exc:
             problems = [d["path"] + ": " + d["message"] for d in exc.details or []] or [exc.message]
+        except Forbidden as exc:  # a tool pattern beyond what the viewer may decide
+            audit_refused(actor=viewer, path=request.path, method="POST", reason=exc.message)
+            return _editor(request, rule=rule, fields=fields, problems=[exc.message], status=403)
     return _editor(request, rule=rule, fields=fields, problems=problems, status=422)
 
 

@@ -3,8 +3,6 @@ browser session), and the budget check for runtimes (`ingest`). Handlers only tr
 
 from __future__ import annotations
 
-import csv
-import io
 from typing import Annotated
 
 from django.http import HttpResponse
@@ -16,6 +14,7 @@ from budgets import selectors, services
 from budgets.check import budget_check
 from console import access
 from console.auth import CapableSession, PrincipalKeyAuth, ingest_auth
+from console.csvsafe import csv_text
 from console.errors import Invalid
 from console.schemas import errors, strict_json, unstorable_text
 
@@ -78,9 +77,8 @@ def usage(
     report = selectors.usage_report(viewer=viewer, **query)
     if not want_csv:
         return report
-    out = io.StringIO()
-    csv.writer(out, lineterminator="\r\n").writerows(selectors.usage_csv_lines(report))
-    response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
+    text = csv_text(selectors.usage_csv_lines(report))
+    response = HttpResponse(text, content_type="text/csv; charset=utf-8")
     name = f"usage-{report['from']}-{report['to']}.csv"
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response

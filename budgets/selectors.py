@@ -201,14 +201,14 @@ USAGE_CSV_HEADER = {
 }
 
 
-def usage_csv_lines(report: dict) -> list[list[str]]:
+def usage_csv_lines(report: dict) -> list[list]:
     """The report's rows as CSV records, header first, columns in the contract's order
-    (null is an empty field)."""
+    (null is an empty field). Numbers stay numbers: console.csvsafe neutralises text only."""
     dims = [ROW_KEYS[d] for d in DIMENSIONS if d in report["group_by"]]
     columns = [*dims, *SUMS]
     lines = [[USAGE_CSV_HEADER[c] for c in columns]]
     for row in report["rows"]:
-        lines.append(["" if row[c] is None else str(row[c]) for c in columns])
+        lines.append(["" if row[c] is None else row[c] for c in columns])
     return lines
 
 

@@ -303,13 +303,14 @@ def budget_page_context(*, viewer, budget_id: str, now=None) -> dict:
     return context
 
 
-def burn_csv_lines(*, viewer, budget) -> list[list[str]]:
-    """The burn table as CSV records (header first): the numbers under the budget's chart."""
+def burn_csv_lines(*, viewer, budget) -> list[list]:
+    """The burn table as CSV records (header first): the numbers under the budget's chart
+    (kept numbers: console.csvsafe neutralises text only)."""
     card = budget_card_context(viewer=viewer, budget=budget)["card"]
     lines = [["day", "costMinorUnits", "cumulativeMinorUnits", "tokens"]]
     for row in card["rows"]:
         numbers = (row["cost_minor_units"], row["cumulative_minor_units"], row["tokens_count"])
-        lines.append([row["day"], *(str(n) for n in numbers)])
+        lines.append([row["day"], *numbers])
     return lines
 
 

@@ -9,9 +9,6 @@ rendered from its one context function (budgets/selectors_pages.py), the CSVs ar
 
 from __future__ import annotations
 
-import csv
-import io
-
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 
@@ -19,6 +16,7 @@ from budgets import schemas, selectors, services
 from budgets import selectors_pages as pages
 from budgets.forms import NEW_INITIAL, OVER_BUDGET, PERIODS, SCOPES, BudgetForm, initial
 from console import access
+from console.csvsafe import csv_text
 from console.errors import Conflict, Invalid
 from console.views import error_page, viewer_view
 
@@ -26,10 +24,8 @@ INDEX = "budgets/index.html"
 DETAIL = "budgets/detail.html"
 
 
-def _csv(lines: list[list[str]], filename: str) -> HttpResponse:
-    out = io.StringIO()
-    csv.writer(out, lineterminator="\r\n").writerows(lines)
-    response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
+def _csv(lines: list[list], filename: str) -> HttpResponse:
+    response = HttpResponse(csv_text(lines), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 

@@ -12,6 +12,7 @@ from fnmatch import fnmatchcase
 from django.db.models import Exists, OuterRef, QuerySet, Subquery
 
 from approvals.models import Approval, Rule, RuleVersion, Webhook
+from approvals.rules import CompiledRule, RuleSet, glob_covers
 from budgets.models import OVERRIDE_TOOL, Budget
 from console.errors import Forbidden, NotFound
 from console.models import CAPABILITIES, ApiKey, Principal, Role, Team
@@ -396,7 +397,94 @@ def notification_for(*, viewer: Viewer, notification_id: str):
 def rules_of(*, viewer: Viewer) -> QuerySet:
     """The tenant's lasting rules, for a viewer with `manage_rules` (Forbidden otherwise)."""
     require_capability(viewer, "manage_rules")
-    return Rule.objects.filter(tenant_id=viewer.tenant_id).select_related("created_by")
+    return (
+        Rule.objects.filter(tenant_id=viewer.tenant_id)
+        .select_related("created_by")
+        .prefetch_related("editors")
+    )
+
+
+def rule_pattern_refusal(principal: Principal | None, tool_pattern: str) -> str | None:
+    """Why this principal may not make or change a rule of this tool pattern (None: it may).
+    A rule decides calls (a deny rule as much as an approve rule), so its author must be able
+    to decide every tool the pattern can name: `decide`, and one role with `decide` whose
+    tool glob covers the whole pattern (approvals.rules.glob_covers: `*` covers any pattern,
+    `email.*` covers `email.send` and `email.*`, not `*`); `admin` covers everything."""
+    if principal is None or not principal.is_active or not can(principal, "decide"):
+        return (
+            f"you may not make a rule for the tool pattern '{tool_pattern}': a rule decides "
+            "calls, and you may not decide approvals"
+        )
+    if "admin" in capabilities_of(principal) or any(
+        glob_covers(glob, tool_pattern)
+        for role in _roles(principal)
+        if "decide" in role.capabilities
+        for glob in role.decide_tools
+    ):
+        return None
+    return (
+        f"you may not make a rule for the tool pattern '{tool_pattern}': none of your roles "
+        "may decide every tool it names"
+    )
+
+
+def require_rule_pattern(principal: Principal | None, tool_pattern: str) -> None:
+    """Forbidden (403 `forbidden`, naming the pattern) unless rule_pattern_refusal allows."""
+    reason = rule_pattern_refusal(principal, tool_pattern)
+    if reason:
+        raise Forbidden(reason, code="forbidden")
+
+
+def rule_authors(*, keys) -> dict[int, Principal]:
+    """The active principals among these ids (a rule's creator and editors) with their roles
+    read, in one query, for asking `rule_author_refusal` of each at decision time."""
+    found: dict[int, Principal] = {}
+    links = Principal.roles.through.objects.filter(
+        principal_id__in=list(keys), principal__is_active=True
+    ).select_related("principal", "role")
+    for link in links:
+        principal = found.setdefault(link.principal_id, link.principal)
+        principal.__dict__.setdefault("_gavel_roles", []).append(link.role)
+    return found
+
+
+def rule_author_refusal(principal: Principal | None, tool_name: str) -> str | None:
+    """Why a rule's author may not (now) decide calls of this tool (None: it may): exactly
+    what would refuse that principal the decision itself (roles, tool globs), four-eyes
+    aside (a rule's own check). `principal` None: not an active principal any more."""
+    return _tool_refusal(principal, tool_name)
+
+
+class RuleAuthority:
+    """`authority` for RuleSet.decide / explain (one per batch or request): why a rule's
+    authors (its creator and every editor) may not decide a tool now, or None. Their roles
+    are read on the first question (one query for every author of the tenant's rules), and
+    each (rule, tool) is answered once."""
+
+    def __init__(self, ruleset: RuleSet):
+        self._keys = ruleset.author_keys
+        self._authors = None
+        self._answers: dict[tuple[int, str], str | None] = {}
+
+    def __call__(self, rule: CompiledRule, tool_name: str) -> str | None:
+        asked = (id(rule), tool_name)
+        if asked not in self._answers:
+            self._answers[asked] = self._refusal(rule, tool_name)
+        return self._answers[asked]
+
+    def _refusal(self, rule: CompiledRule, tool_name: str) -> str | None:
+        if not rule.authors:
+            return "createdBy: no principal stands behind this rule"
+        if self._authors is None:
+            self._authors = rule_authors(keys=self._keys)
+        for key, wire_id in rule.authors.items():
+            if rule_author_refusal(self._authors.get(key), tool_name):
+                who = f"'{wire_id}'" if wire_id else "an author"
+                return (
+                    f"authority: {who}, who made or changed this rule, may not decide "
+                    f"'{tool_name}' now"
+                )
+        return None
 
 
 def rule_in_tenant(*, tenant_id: int, rule_id: str) -> None:

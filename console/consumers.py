@@ -134,9 +134,11 @@ def nav_audience(viewer) -> str:
 
 def card_audience(viewer, *, run_principal_id, allow_self_approval: bool) -> str:
     """Who sees which decision controls on a card: viewers never; deciders by their roles (the
-    tool globs) and whether the run is their own. Any viewer of one audience renders alike."""
-    if not access.can(viewer, "decide"):  # who may make rules also sees "Always approve..."
-        return "viewer:rules" if access.can(viewer, "manage_rules") else "viewer"
+    tool globs) and whether the run is their own. Any viewer of one audience renders alike
+    ("Always approve calls like this" needs `manage_rules` and the right to decide the tool:
+    the roles' key covers it for deciders; viewers who may not decide never see it)."""
+    if not access.can(viewer, "decide"):
+        return "viewer"
     own = run_principal_id == viewer.pk and not allow_self_approval
     return f"decider:{access.roles_key(viewer)}{':own' if own else ''}"
 

@@ -2,8 +2,6 @@
 (CSV and JSONL, every matching entry, streamed), and the page's readable before → after."""
 
 import base64
-import csv
-import io
 import json
 from collections.abc import Iterator, Mapping
 from urllib.parse import urlencode
@@ -14,6 +12,7 @@ from django.db.models import Q
 from pydantic import ValidationError
 
 from console import access, auditchain
+from console.csvsafe import csv_text
 from console.errors import Invalid
 from console.models import AuditEvent
 from console.schemas import AuditQuery
@@ -204,9 +203,7 @@ def audit_csv_lines(*, viewer, filters: dict) -> Iterator[str]:
     access.require_capability(viewer, "admin")
 
     def line(cells) -> str:
-        out = io.StringIO()
-        csv.writer(out, lineterminator="\r\n").writerow(cells)
-        return out.getvalue()
+        return csv_text([cells])  # a cell that reads like a formula is neutralised
 
     yield line(CSV_COLUMNS)
     for resource in _all(viewer=viewer, filters=filters):

@@ -108,7 +108,14 @@ class NotificationSettings(models.Model):
     )
     email = models.CharField(max_length=8, choices=EmailChoice.choices, default=EmailChoice.OFF)
     digest_minutes = models.PositiveIntegerField(default=DIGEST_MINUTES_DEFAULT)
+    # The Slack member id. Typed in by the principal it is only a claim (`verified` false) and
+    # never says who pressed a button in Slack; it is verified (and then unique in the tenant)
+    # only by a request Slack signed from that member carrying the principal's one-time link
+    # code (notifications/preferences.py `slack_link_*`).
     slack_user_id = models.CharField(max_length=32, null=True, blank=True)
+    slack_user_verified = models.BooleanField(default=False)
+    slack_link_code_hash = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    slack_link_expires_at = models.DateTimeField(null=True, blank=True)
     browser = models.BooleanField(default=True)
     # The digest: it lists the calls requested after `digest_through`; next one at this time.
     digest_through = models.DateTimeField(null=True, blank=True)
@@ -119,8 +126,8 @@ class NotificationSettings(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["tenant", "slack_user_id"],
-                condition=models.Q(slack_user_id__isnull=False),
-                name="notification_settings_unique_slack_user",
+                condition=models.Q(slack_user_id__isnull=False, slack_user_verified=True),
+                name="notification_settings_unique_verified_slack_user",
             )
         ]
         indexes = [

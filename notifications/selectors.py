@@ -121,6 +121,13 @@ def notification_settings_read(*, viewer) -> dict:
     return notification_settings_resource(NotificationSettings.of(principal))
 
 
+def slack_link_status(*, viewer) -> dict:
+    """What `/settings/` says of the viewer's Slack id: held, and whether Slack vouched for it
+    (a typed-in id is a claim that never decides; see notifications/preferences.py)."""
+    row = NotificationSettings.of(access.own_principal(viewer=viewer))
+    return {"slack_user_id": row.slack_user_id, "slack_verified": row.slack_user_verified}
+
+
 def browser_calls(*, viewer, approval_ids) -> list[dict]:
     """What a console page shows as system notifications (static/js/notify.js) for new calls:
     those still pending that this viewer may decide, unless it turned browser notifications

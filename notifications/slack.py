@@ -12,6 +12,7 @@ decided and has no decision buttons.
 from __future__ import annotations
 
 import json
+import re
 
 from console import links
 
@@ -24,15 +25,44 @@ HEADLINE = {
 }
 
 
-def _esc(text) -> str:
+# U+2060 WORD JOINER: invisible, and no part of any URL, domain or address Slack recognises.
+JOINER = "\u2060"
+# Where Slack would start or continue a link it finds in plain text: a scheme's "://", a dot
+# between two parts of a host name ("evil.example", "www.x"), an address's "@".
+_LINKABLE = re.compile(r"(:(?=/)|[.@](?=\w))")
+# U+02CB MODIFIER LETTER GRAVE ACCENT: looks like a back-tick and closes no code span.
+GRAVE = "\u02cb"
+
+
+def _mrkdwn(text) -> str:
     """Slack's mrkdwn control characters, escaped as its docs ask."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _esc(text) -> str:
+    """Text from the runtime (or any tenant data) as plain mrkdwn prose: the control
+    characters escaped, and nothing Slack would turn into a link (a bare URL, domain or mail
+    address gets an invisible word joiner after its "://", dots and "@"; the text reads the
+    same). Every mrkdwn object is also sent `verbatim` (Slack's own switch for this)."""
+    return _LINKABLE.sub(lambda m: m.group(1) + JOINER, _mrkdwn(text))
+
+
+def _code(text) -> str:
+    """Text shown inside a code span or block: escaped, and no back-tick (which would close
+    the span and let the rest be formatted) nor line break (which ends an inline span)."""
+    text = _mrkdwn(text).replace("`", GRAVE)
+    return text.replace("\r", " ").replace("\n", " ")
+
+
 def _summary(arguments) -> str:
     text = json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "), default=str)
-    text = text.replace("```", "'''")
     return text if len(text) <= ARGUMENTS_MAX else text[: ARGUMENTS_MAX - 1] + "…"
+
+
+def _text(text: str) -> dict:
+    """A mrkdwn text object: `verbatim`, so Slack does not link-ify URLs or channel names in
+    it nor parse mentions (our own markup, bold and code, still applies)."""
+    return {"type": "mrkdwn", "text": text, "verbatim": True}
 
 
 def _outcome(approval: dict) -> str:
@@ -54,22 +84,15 @@ def approval_message(
         headline = f"{_outcome(approval)}: {tool}"
     who = f" for {run_for}" if run_for else ""
     text = f"{headline}: {tool} (run {run}{who})" if pending else f"{headline} (run {run}{who})"
-    fields = [f"*Tool*\n`{_esc(tool)}`", f"*Run*\n{_esc(run)}", f"*For*\n{_esc(run_for or '—')}"]
+    fields = [f"*Tool*\n`{_code(tool)}`", f"*Run*\n{_esc(run)}", f"*For*\n{_esc(run_for or '—')}"]
+    reason = approval.get("reason") or "(none given)"
     blocks = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": f"*{_esc(headline)}*"}},
-        {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
-        {
-            "type": "section",
-            "text": {
-                "type": "mrkdwn",
-                "text": f"*Reason*\n{_esc(approval.get('reason') or '(none given)')}",
-            },
-        },
+        {"type": "section", "text": _text(f"*{_esc(headline)}*")},
+        {"type": "section", "fields": [_text(f) for f in fields]},
+        {"type": "section", "text": _text(f"*Reason*\n{_esc(reason)}")},
         {
             "type": "context",
-            "elements": [
-                {"type": "mrkdwn", "text": f"```{_esc(_summary(approval.get('arguments')))}```"}
-            ],
+            "elements": [_text(f"```{_code(_summary(approval.get('arguments')))}```")],
         },
     ]
     if pending:
@@ -130,7 +153,7 @@ def budget_message(payload: dict) -> dict:
     return {
         "text": _esc(headline),
         "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": f"*{_esc(headline)}*"}},
+            {"type": "section", "text": _text(f"*{_esc(headline)}*")},
             _open(url),
         ],
     }

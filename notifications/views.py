@@ -14,12 +14,13 @@ from django.views.decorators.http import require_GET, require_POST
 from console.errors import Conflict, Invalid
 from console.views import error_page, viewer_view
 from notifications.forms import EMAIL_CHOICES, NotificationSettingsForm, initial
-from notifications.preferences import notification_settings_update
+from notifications.preferences import notification_settings_update, slack_link_start
 from notifications.selectors import (
     nav_unread_count_context,
     notification_item_context,
     notification_settings_read,
     notifications_page_context,
+    slack_link_status,
 )
 from notifications.services import notification_mark_read, notifications_mark_all_read
 
@@ -88,9 +89,14 @@ SETTINGS_PAGE = "notifications/settings.html"
 @viewer_view
 def settings_page(request):
     """GET: the form; POST: validated by the API's schema, saved by the API's service. A
-    saved form re-renders with a confirmation (an htmx POST: the form alone)."""
-    saved = False
-    if request.method == "POST":
+    saved form re-renders with a confirmation (an htmx POST: the form alone). A POST of the
+    "Link my Slack account" button (`slack_link`) shows a new one-time code instead."""
+    saved, link = False, None
+    if request.method == "POST" and "slack_link" in request.POST:
+        code, expires = slack_link_start(viewer=request.viewer)
+        link = {"code": code, "expires_at": expires}
+        form = NotificationSettingsForm(initial=_initial(request))
+    elif request.method == "POST":
         form = NotificationSettingsForm(request.POST)
         if form.is_valid():
             try:
@@ -104,7 +110,8 @@ def settings_page(request):
         form = NotificationSettingsForm(initial=_initial(request))
     else:
         return HttpResponse(status=405, headers={"Allow": "GET, POST"})
-    context = {"form": form, "saved": saved, "email_choices": EMAIL_CHOICES}
+    context = {"form": form, "saved": saved, "email_choices": EMAIL_CHOICES, "slack_link": link}
+    context.update(slack_link_status(viewer=request.viewer))
     context["nav_active"] = "settings"
     status = 422 if form.errors else 200
     if request.htmx:

@@ -6,15 +6,18 @@ A call is decided `deny` when a deny rule matches (deny beats approve), else `ap
 approve rule matches, else `ask` (a human decides). Among rules of the same effect the oldest
 (the order they are given in) decides. A rule matches when it is active and unexpired, its tool,
 agent and principal globs match (fnmatch, case-sensitive), its narrowing (one run, one
-conversation) holds, every condition holds, and the run is not its creator's own (unless the
-tenant allows self-approval). Conditions read dotted paths into the call's arguments; an absent
-path or a value of the wrong type fails every op but `notExists`. No regular expressions are
-ever taken from a rule (fnmatch globs only), so no rule can make matching slow.
+conversation) holds, every condition holds, and the run is not the own of anyone who made or
+changed the rule (its authors; unless the tenant allows self-approval). Whether the authors
+may still decide the call's tool is asked of the caller (`authority`: roles live in the
+database), for a rule that matches otherwise. Conditions read dotted paths into the call's
+arguments; an absent path or a value of the wrong type fails every op but `notExists`. No
+regular expressions are ever taken from a rule (fnmatch globs only), so no rule can make
+matching slow.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -29,6 +32,7 @@ from approvals.rules.conditions import (
     RuleInvalid,
     condition_compile,
     conditions_validate,
+    glob_covers,
     glob_escape,
     kind,
     matcher,
@@ -58,6 +62,9 @@ class RuleSpec:
     active: bool = True
     creator_key: Any = None  # the creator principal's identity (its database id)
     creator_id: str | None = None  # its wire id, for the reasons
+    # Every other principal who changed it since, as (identity, wire id): the rule is theirs
+    # too (four-eyes: it never decides their own runs either).
+    editors: tuple = ()
     source: Any = field(default=None, compare=False)  # what it was made from (a stored Rule)
 
 
@@ -80,10 +87,22 @@ class Call:
 class CompiledRule:
     """A rule with its globs and conditions compiled once."""
 
-    __slots__ = ("spec", "_tool", "_agent", "_principal", "_checks", "match_all_principals")
+    __slots__ = (
+        "spec",
+        "_tool",
+        "_agent",
+        "_principal",
+        "_checks",
+        "match_all_principals",
+        "authors",
+    )
 
     def __init__(self, spec: RuleSpec):
         self.spec = spec
+        # whom the rule speaks for: its creator and every editor, identity -> wire id
+        self.authors = {key: wire for key, wire in spec.editors if key is not None}
+        if spec.creator_key is not None:
+            self.authors[spec.creator_key] = spec.creator_id
         self._tool = matcher(spec.tool_pattern)
         self._agent = matcher(spec.agent_pattern)
         self._principal = matcher(spec.principal_pattern)
@@ -153,12 +172,18 @@ class CompiledRule:
                 )
         if (
             not allow_self_approval
-            and spec.creator_key is not None
-            and call.principal_key == spec.creator_key
+            and call.principal_key is not None
+            and call.principal_key in self.authors
         ):
-            who = shown(spec.creator_id) if spec.creator_id else "its creator"
+            if call.principal_key == spec.creator_key:
+                who = shown(spec.creator_id) if spec.creator_id else "its creator"
+                return (
+                    f"createdBy: the run is for {who}, who made this rule "
+                    "(this tenant does not allow self-approval)"
+                )
+            who = shown(self.authors[call.principal_key] or "an editor")
             return (
-                f"createdBy: the run is for {who}, who made this rule "
+                f"editedBy: the run is for {who}, who changed this rule "
                 "(this tenant does not allow self-approval)"
             )
         return self.conditions_failure(call.arguments)
@@ -185,6 +210,8 @@ class Outcome:
 
 
 ASK = Outcome("ask")
+# (rule, tool name) -> why its authors may not decide that tool now, or None
+Authority = Callable[[CompiledRule, str], "str | None"] | None
 MEMO_TOOLS = 4096  # tool names whose candidate rules are remembered per RuleSet
 
 
@@ -208,6 +235,8 @@ class RuleSet:
                 self._literal.setdefault(rule.spec.tool_pattern, []).append(rule)
         self._order = {id(r): i for i, r in enumerate(self.rules)}
         self._memo: dict[str, tuple[list[CompiledRule], list[CompiledRule]]] = {}
+        # everyone who made or changed some rule (whose rights `authority` asks about)
+        self.author_keys = frozenset(key for r in self.rules for key in r.authors)
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -232,25 +261,36 @@ class RuleSet:
             self._memo[tool_name] = split
         return split
 
-    def decide(self, call: Call, *, now: datetime, allow_self_approval=None) -> Outcome:
+    def decide(
+        self, call: Call, *, now: datetime, allow_self_approval=None, authority: Authority = None
+    ) -> Outcome:
         """approve, deny or ask, and the deciding rule (no explanations: the hot path).
-        `allow_self_approval`: the tenant's setting now (default: the one compiled with)."""
+        `allow_self_approval`: the tenant's setting now (default: the one compiled with).
+        `authority(rule, tool_name)`: why the rule's authors may not decide this tool now (None:
+        they may), asked only of a rule that matches otherwise; one they may not is passed over
+        like one that does not match."""
         if not self.rules or call.tool_name in HUMAN_ONLY_TOOLS:
             return ASK
         allow = self.allow_self_approval if allow_self_approval is None else allow_self_approval
         for group in self._split(call.tool_name):
             for rule in group:
-                if rule.failure(call, now=now, allow_self_approval=allow) is None:
+                if rule.failure(call, now=now, allow_self_approval=allow) is None and (
+                    authority is None or authority(rule, call.tool_name) is None
+                ):
                     return Outcome(rule.effect, rule)
         return ASK
 
-    def explain(self, call: Call, *, now: datetime) -> Outcome:
+    def explain(self, call: Call, *, now: datetime, authority: Authority = None) -> Outcome:
         """`decide`, with every rule whose tool glob matches (oldest first): matched, and why
         it does not decide (its first failing check, or the rule that decides instead)."""
-        checked = [
-            (r, r.failure(call, now=now, allow_self_approval=self.allow_self_approval))
-            for r in self.candidates(call.tool_name)
-        ]
+
+        def failure(rule: CompiledRule) -> str | None:
+            why = rule.failure(call, now=now, allow_self_approval=self.allow_self_approval)
+            if why is None and authority is not None:
+                why = authority(rule, call.tool_name)
+            return why
+
+        checked = [(r, failure(r)) for r in self.candidates(call.tool_name)]
         matched = [r for r, why in checked if why is None]
         winner = next((r for r in matched if r.effect == "deny"), None) or next(iter(matched), None)
         explained = []
@@ -333,6 +373,7 @@ __all__ = [
     "OPS",
     "RuleInvalid",
     "conditions_validate",
+    "glob_covers",
     "glob_escape",
     "path_parts",
     "resolve",

@@ -7,7 +7,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from fnmatch import translate
+from fnmatch import fnmatchcase, translate
 from typing import Any
 
 MAX_CONDITIONS = 20
@@ -247,6 +247,75 @@ _NUMBER_WORDS = {
     "gte": "at least",
 }
 _STRING_WORDS = {"startsWith": "start with", "endsWith": "end with", "glob": "match"}
+
+
+def _glob_tokens(pattern: str) -> list[tuple[str, str]]:
+    """A glob as fnmatch reads it: ("*", "*"), ("?", "?"), ("[", a class with its brackets) or
+    ("c", one literal character). Runs of `*` are one; a class of one character (`[*]`, as
+    glob_escape writes them) is that character; an unclosed `[` is literal, as in fnmatch."""
+    tokens: list[tuple[str, str]] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        i += 1
+        if c == "*":
+            if not tokens or tokens[-1][0] != "*":
+                tokens.append(("*", "*"))
+        elif c == "?":
+            tokens.append(("?", "?"))
+        elif c == "[":
+            j = i
+            if j < n and pattern[j] == "!":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 1
+            if j >= n:
+                tokens.append(("c", "["))
+                continue
+            text, i = pattern[i - 1 : j + 1], j + 1
+            one = len(text) == 3 and text[1] != "!"
+            tokens.append(("c", text[1]) if one else ("[", text))
+        else:
+            tokens.append(("c", c))
+    return tokens
+
+
+def _token_covers(outer: tuple[str, str], inner: tuple[str, str]) -> bool:
+    """Does one single-character token of the outer glob match everything one of the inner
+    glob's tokens matches? (`*` is handled by glob_covers.)"""
+    (kind, text), (inner_kind, inner_text) = outer, inner
+    if inner_kind == "*":
+        return False
+    if kind == "?":
+        return True
+    if kind == "[":
+        if inner_kind == "[":
+            return inner_text == text
+        return inner_kind == "c" and fnmatchcase(inner_text, text)
+    return inner_kind == "c" and inner_text == text
+
+
+def glob_covers(outer: str, inner: str) -> bool:
+    """Does the glob `outer` match every name the glob `inner` matches (fnmatch, case-sensitive)?
+
+    Decided on the globs themselves, conservatively: True only when every name `inner` can
+    match provably matches `outer` (the inner glob read token by token: an outer `*` covers any
+    run of inner tokens, `*` included; `?` covers one character, a literal or a class; a class
+    covers a literal it matches, or an identical class; a literal only itself). So `*` covers
+    every glob, `email.*` covers `email.send`, `email.*` and `email.?*`, and `email.?` does not
+    cover `email.*`. One dynamic-programming pass over the two token lists."""
+    tokens, inner_tokens = _glob_tokens(outer), _glob_tokens(inner)
+    reach = [True] + [False] * len(inner_tokens)  # the outer glob so far covers inner[:j]
+    for token in tokens:
+        if token[0] == "*":
+            reach = [any(reach[: j + 1]) for j in range(len(reach))]
+        else:
+            reach = [False] + [
+                reach[j] and _token_covers(token, inner_tokens[j]) for j in range(len(inner_tokens))
+            ]
+    return reach[-1]
 
 
 def matcher(pattern: str) -> Callable[[str], Any]:

@@ -9,6 +9,15 @@ are the rules read and compiled again. So a rule saved through one process appli
 call ingested through any other, and a batch costs no query per rule and none per call that no
 rule decides. A call a rule decides is settled by the one writer (approvals/services/settle.py)
 with the rule as its actor; the rules' `hits` grow in one atomic UPDATE per batch.
+
+A rule is its authors': the principal who made it and every principal who changed it since
+(`Rule.editors`). Saving needs the right to decide every tool its pattern names (console.access
+`require_rule_pattern`, a 403 after the body's 422s); and a rule decides a call only when none
+of its authors is the run's principal (four-eyes, unless the tenant allows self-approval) and
+each of them may, now, decide the call's tool (roles change without a rule write, so this is
+asked at decision time: the authors' roles are read in one query per batch, and only in a
+batch where some rule matches a call). A rule whose authors lost the right leaves the call to
+people.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from approvals.models import Approval, ApprovalStatus, Rule, RuleVersion
 from approvals.rules import Call, RuleSet, RuleSpec
 from approvals.schemas_rules import DEFAULTS, rule_fields_checked, rule_wire
 from approvals.services.settle import approval_settle
+from console import access
 from console.services import audit
 
 # wire field (snake_case) -> the model's field
@@ -74,6 +84,7 @@ def _audit(rule: Rule, *, action: str, before, principal, key) -> None:
 def rule_create(*, tenant, fields: dict, principal, key=None) -> Rule:
     """A new rule made by `principal` (through `key`, a manage key, when not in the console)."""
     fields = rule_fields_checked({**DEFAULTS, **fields})
+    access.require_rule_pattern(principal, fields["tool_pattern"])
     rule = Rule(tenant=tenant, created_by=principal)
     for name, attname in FIELDS.items():
         setattr(rule, attname, fields[name])
@@ -95,6 +106,8 @@ def _locked(rule: Rule) -> Rule:
 @transaction.atomic
 def rule_update(*, rule: Rule, fields: dict, principal, key=None) -> Rule:
     """Change some of a rule's fields; the whole rule is checked again (examples included).
+    The changer must be able to decide every tool of the (new) pattern, and becomes one of
+    the rule's authors; only switching it off (`active: false`, like DELETE) needs neither.
     Calls decided already are never touched: a rule decides only calls requested after."""
     rule = _locked(rule)
     before = rule_wire(rule)
@@ -103,6 +116,10 @@ def rule_update(*, rule: Rule, fields: dict, principal, key=None) -> Rule:
     changed = [FIELDS[n] for n in FIELDS if merged[n] != current[n]]
     if not changed:
         return rule
+    if changed != ["active"] or merged["active"]:
+        access.require_rule_pattern(principal, merged["tool_pattern"])
+        if principal is not None and principal.pk != rule.created_by_id:
+            rule.editors.add(principal)
     for name, attname in FIELDS.items():
         setattr(rule, attname, merged[name])
     rule.updated_at = timezone.now()
@@ -151,6 +168,7 @@ def ruleset_for(*, tenant, version: int) -> RuleSet:
     rules = (
         Rule.objects.filter(tenant_id=tenant.pk, active=True)
         .select_related("created_by")
+        .prefetch_related("editors")
         .order_by("created_at", "id")
     )
     ruleset = RuleSet(
@@ -215,10 +233,11 @@ def approvals_decide_by_rules(*, run, approvals: list[Approval], hits: Counter |
         return set()
     facts, now = _facts(run, ruleset), timezone.now()
     allow = tenant.allow_self_approval
+    authority = access.RuleAuthority(ruleset)
     decided, counted = set(), Counter()
     for approval in approvals:
         call = Call(tool_name=approval.tool_name, arguments=approval.arguments, **facts)
-        outcome = ruleset.decide(call, now=now, allow_self_approval=allow)
+        outcome = ruleset.decide(call, now=now, allow_self_approval=allow, authority=authority)
         if outcome.rule is not None and _settle(approval, outcome.rule.spec):
             decided.add(approval.pk)
             counted[outcome.rule.spec.source.pk] += 1

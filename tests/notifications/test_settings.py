@@ -80,6 +80,7 @@ def test_a_slack_id_another_principal_holds_is_409_but_another_tenants_is_free(
     lead = ApiClient(client, make_key(tenant_a, scopes=("manage",), principal=lead_a))
     other = ApiClient(Client(), make_key(tenant_b, scopes=("manage",), principal=reviewer_b))
     assert lead.patch(URL, {"slackUserId": "U0LEAD"}).status_code == 200
+    NotificationSettings.objects.filter(slack_user_id="U0LEAD").update(slack_user_verified=True)
     response = me_a.patch(URL, {"slackUserId": "U0LEAD", "email": "now"})
     assert response.status_code == 409
     assert response.json()["error"]["code"] == "slack_user_taken"
@@ -168,7 +169,9 @@ def test_the_page_refuses_bad_input_by_field_and_saves_nothing(
 
 
 def test_the_page_names_a_taken_slack_id_on_its_field(tenant_a, viewer_a, lead_a):
-    NotificationSettings.objects.create(tenant=tenant_a, principal=lead_a, slack_user_id="U0X")
+    NotificationSettings.objects.create(
+        tenant=tenant_a, principal=lead_a, slack_user_id="U0X", slack_user_verified=True
+    )
     browser = _signed_in("viewer@a.example", "viewer-pass-123")
     response = browser.post("/settings/", {"email": "off", "digest_minutes": "30",
                                            "slack_user_id": "U0X"})  # fmt: skip

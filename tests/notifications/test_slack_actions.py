@@ -32,7 +32,7 @@ def held(tenant_a, reviewer_a):
     tenant_a.slack_decisions = "decide"
     tenant_a.save()
     NotificationSettings.objects.create(
-        tenant=tenant_a, principal=reviewer_a, slack_user_id="U0REV"
+        tenant=tenant_a, principal=reviewer_a, slack_user_id="U0REV", slack_user_verified=True
     )
     alice = PrincipalFactory(tenant=tenant_a, external_id="alice@a.example")
     run = RunFactory(tenant=tenant_a, principal=alice, external_id="run_slack")
@@ -77,7 +77,7 @@ def test_a_signed_press_approves_as_the_mapped_principal_and_replaces_the_messag
     assert response.status_code == 200
     answer = response.json()
     assert answer["replace_original"] is True
-    assert answer["text"] == (
+    assert answer["text"].replace("\u2060", "") == (  # (the joiners that stop links)
         "Approved by reviewer@a.example: send_email (run run_slack for alice@a.example)"
     )
     kinds = [e.get("action_id") for b in answer["blocks"] if b["type"] == "actions"
@@ -118,7 +118,7 @@ def test_deny_denies(client, held):
     "how",
     ["wrong secret", "forged signature", "old timestamp"],
 )
-def test_a_bad_signature_or_an_old_timestamp_is_401_audited_and_decides_nothing(client, held, how):
+def test_a_bad_signature_or_an_old_timestamp_is_401_and_decides_nothing(client, held, how):
     body = press(held)
     if how == "wrong secret":
         response = post(client, body, secret="not-the-secret")
@@ -128,15 +128,14 @@ def test_a_bad_signature_or_an_old_timestamp_is_401_audited_and_decides_nothing(
         response = post(client, body, age=6 * 60)  # signed right, but over 5 minutes old
     assert response.status_code == 401
     assert decided(held) == ApprovalStatus.PENDING
-    refused = AuditEvent.objects.get(action="slack.refused")
-    assert refused.object_id == held.public_id and refused.tenant_id == held.tenant_id
+    assert not AuditEvent.objects.exists()  # unauthenticated: nothing written (audit M3)
 
 
 def test_an_unknown_approval_or_no_secret_is_401(client, held, tenant_a):
     body = urlencode({"payload": json.dumps({"actions": [
         {"action_id": "gavel_approve", "value": "apr_nope"}]})}).encode()  # fmt: skip
     assert post(client, body).status_code == 401
-    assert post(client, b"payload=not-json").status_code == 401
+    assert post(client, b"payload=not-json").status_code == 400  # not a payload at all
     tenant_a.slack_signing_secret = ""
     tenant_a.save()
     assert post(client, press(held)).status_code == 401
@@ -170,7 +169,9 @@ def test_a_role_may_forbid_deciding_its_tools_from_slack(client, held, tenant_a)
 def test_no_one_decides_their_own_run_from_slack(client, held, tenant_a):
     alice = held.run.principal
     alice.roles.add(Role.objects.get(tenant=tenant_a, name="reviewer"))
-    NotificationSettings.objects.create(tenant=tenant_a, principal=alice, slack_user_id="U0ALICE")
+    NotificationSettings.objects.create(
+        tenant=tenant_a, principal=alice, slack_user_id="U0ALICE", slack_user_verified=True
+    )
     answer = post(client, press(held, user="U0ALICE")).json()
     assert "for themselves" in answer["text"]
     assert decided(held) == ApprovalStatus.PENDING
@@ -178,7 +179,10 @@ def test_no_one_decides_their_own_run_from_slack(client, held, tenant_a):
 
 def test_another_tenants_slack_user_id_is_not_this_tenants_principal(client, held, reviewer_b):
     NotificationSettings.objects.create(
-        tenant=reviewer_b.tenant, principal=reviewer_b, slack_user_id="U0BEE"
+        tenant=reviewer_b.tenant,
+        principal=reviewer_b,
+        slack_user_id="U0BEE",
+        slack_user_verified=True,
     )
     answer = post(client, press(held, user="U0BEE")).json()
     assert "does not know who you are" in answer["text"]
@@ -217,7 +221,9 @@ def test_the_decided_message_is_posted_to_the_response_url_after_commit(client, 
     assert outbox.run_due(in_server=True)["slack responses"] == 1  # what the server's thread runs
     sent = slack_host.json()
     assert sent == response.json() and sent["replace_original"] is True
-    assert sent["text"].startswith("Approved by reviewer@a.example: send_email")
+    assert (
+        sent["text"].replace("\u2060", "").startswith("Approved by reviewer@a.example: send_email")
+    )
     row.refresh_from_db()
     assert row.status == SlackResponseStatus.DELIVERED and row.attempts == 1
     assert outbox.run_due(in_server=True)["slack responses"] == 0  # sent once

@@ -38,7 +38,12 @@ def texts(blocks) -> str:
         found += [f["text"] for f in block.get("fields", [])]
         found += [e["text"] if isinstance(e["text"], str) else e["text"]["text"]
                   for e in block.get("elements", [])]  # fmt: skip
-    return "\n".join(found)
+    return "\n".join(found).replace("\u2060", "")  # the invisible joiners that stop links
+
+
+def seen(text: str) -> str:
+    """The text as a reader sees it (without the invisible joiners that stop Slack's links)."""
+    return text.replace("\u2060", "")
 
 
 def buttons(blocks) -> list[tuple[str, str]]:
@@ -58,7 +63,8 @@ def test_a_held_call_posts_block_kit_with_buttons_that_open_its_card(tenant_a, i
     body = endpoint.json()
     assert set(body) == {"text", "blocks"}
     assert (
-        body["text"] == "A call waits for a decision: email.send (run run_sl for alice@a.example)"
+        seen(body["text"])
+        == "A call waits for a decision: email.send (run run_sl for alice@a.example)"
     )
     shown = texts(body["blocks"])
     assert "`email.send`" in shown and "alice@a.example" in shown and "run_sl" in shown
@@ -81,7 +87,7 @@ def test_a_decided_call_says_who_decided_and_has_no_decision_buttons(
     webhooks.webhook_deliveries_run_due()
     body = endpoint.json()
     assert (
-        body["text"]
+        seen(body["text"])
         == "Approved by reviewer@a.example: email.send (run run_sl for alice@a.example)"
     )
     card = f"https://gavel.example.com/approvals/{approval.public_id}/"
