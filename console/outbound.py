@@ -323,6 +323,8 @@ def _read(response: httpx.Response, guard: _Guard, cap: int) -> bytes:
         if len(body) > cap:
             raise TooLarge
         guard.left()
+    if guard.expired:  # the deadline shut the connection: an end of body that is not one
+        raise Expired
     return bytes(body)
 
 
