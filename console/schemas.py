@@ -216,10 +216,43 @@ class AuditListOut(CamelSchema):
     next_cursor: str | None
 
 
+class AuditCheckpointOut(CamelSchema):
+    """A signed checkpoint of the chain's head: `statement` is the exact JSON signed
+    (Ed25519; `publicKey`: the raw public key, base64url) and `signature` its signature."""
+
+    position: int
+    hash: str | None
+    entries: int
+    at: datetime
+    statement: str
+    signature: str
+    key_id: str
+    public_key: str | None
+
+
+AUDIT_VERIFY_REASONS = (
+    "changed",
+    "removed",
+    "rewritten",
+    "truncated",
+    "inserted",
+    "checkpoint_invalid",
+    "checkpoint_missing",
+)
+
+
 class AuditVerifyOut(CamelSchema):
     ok: bool
     entries: int
     first_bad_id: str | None
+    reason: Annotated[
+        Literal[AUDIT_VERIFY_REASONS] | None,  # type: ignore[valid-type]
+        Field(description="why the chain is not intact (null when it is): see docs/api.md"),
+    ] = None
+    checkpoint: Annotated[
+        AuditCheckpointOut | None,
+        Field(description="the checkpoint signed for this intact chain's head (null if not ok)"),
+    ] = None
 
 
 # Escapes that may spell what PostgreSQL cannot store: U+0000, or a lone UTF-16 surrogate (a
