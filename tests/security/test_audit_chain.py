@@ -136,6 +136,15 @@ def test_l7_the_newest_entries_deleted_are_detected(admin_api, tenant_a):
     assert body["reason"] == "truncated" and body["firstBadId"] is None
 
 
+def test_l7_the_audit_page_shows_deleted_newest_entries_as_broken(client, admin_a, tenant_a):
+    client.force_login(admin_a.user)
+    made = [put(tenant_a, n) for n in range(4)]
+    assert "intact" in client.get("/manage/audit/verify/").content.decode()
+    sql("DELETE FROM console_auditevent WHERE id = %s", [made[-1].pk])
+    status = client.get("/manage/audit/verify/").content.decode()
+    assert "broken" in status and "intact" not in status
+
+
 def test_l7_a_middle_entry_deleted_is_detected(admin_api, tenant_a):
     made = [put(tenant_a, n) for n in range(5)]
     audit_seal_due()
