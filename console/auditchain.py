@@ -173,7 +173,11 @@ def _stable(value) -> str:
         return "[" + ",".join(_stable(v) for v in value) + "]"
     if isinstance(value, dict):
         items = sorted(value.items())
-        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _stable(v) for k, v in items) + "}"
+        return (
+            "{"
+            + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _stable(v) for k, v in items)
+            + "}"
+        )
     raise TypeError(f"not a JSON value: {type(value).__name__}")
 
 

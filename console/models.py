@@ -266,6 +266,12 @@ class AuditEvent(models.Model):
             models.UniqueConstraint(fields=["tenant", "public_id"], name="audit_public_id_unique"),
         ]
 
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise AppendOnly("audit events are append-only")
+        self.tag_for_insert()
+        super().save(*args, **kwargs)
+
     def tag_for_insert(self) -> None:
         """A public id, and the writer's tag over what the row will hold once stored."""
         if self.pk is not None or self.hash is not None:
@@ -275,12 +281,6 @@ class AuditEvent(models.Model):
         for name in ("data", "before", "after"):
             row[name] = auditchain.as_stored(row[name])
         self.writer_tag = auditchain.writer_tag(row)
-
-    def save(self, *args, **kwargs):
-        if self.pk is not None:
-            raise AppendOnly("audit events are append-only")
-        self.tag_for_insert()
-        super().save(*args, **kwargs)
 
     @property
     def wire_id(self) -> str:

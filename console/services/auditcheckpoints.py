@@ -99,7 +99,9 @@ def audit_checkpoint(*, tenant: Tenant, by: str, terms: dict | None = None) -> A
         key_id=key_id,
         signature=signature,
     )
-    transaction.on_commit(lambda: log.info("audit checkpoint %s %s %s", statement, key_id, signature))
+    transaction.on_commit(
+        lambda: log.info("audit checkpoint %s %s %s", statement, key_id, signature)
+    )
     return made
 
 
@@ -116,9 +118,9 @@ def audit_checkpoint_due(*, now=None, limit: int = 0) -> int:
         latest = latest_checkpoint(tenant_id=tenant.pk)
         if latest is not None and now - latest.at < CHECKPOINT_EVERY:
             continue
-        position, head_hash = chain_head(tenant_id=tenant.pk)
-        if position == 0 or (latest and (latest.position, latest.head_hash) == (position, head_hash)):
-            continue
+        head = chain_head(tenant_id=tenant.pk)
+        if head[0] == 0 or (latest and (latest.position, latest.head_hash) == head):
+            continue  # nothing to sign, or signed already
         try:
             audit_checkpoint(tenant=tenant, by="sweep")
         except DatabaseError:
