@@ -234,8 +234,8 @@ def _walk(tenant) -> dict:
             if pinned != row["hash"]:
                 return _bad(entries, row, _pin_broken(pk, tenant, "rewritten"))
         prev_seq, prev_hash = row["chain_seq"], row["hash"]
-    for position in sorted(pins):  # checkpoints beyond the head: its newest entries are gone
-        pk = pins[position][0][0]
+    if pins:  # checkpoints beyond the head: its newest entries are gone
+        pk = pins[min(pins)][0][0]
         return _bad(entries, None, _pin_broken(pk, tenant, "truncated"))
     if (foreign := _first_foreign(tenant)) is not None:
         return _bad(entries, foreign, "inserted")
