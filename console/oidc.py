@@ -42,7 +42,7 @@ class OidcError(Exception):
 def _get_json(url: str) -> dict:
     try:
         response = httpx.get(url, timeout=TIMEOUT, follow_redirects=False)
-    except httpx.HTTPError as error:
+    except (httpx.HTTPError, httpx.InvalidURL) as error:  # InvalidURL: "https://\x13", ...
         raise OidcError("unreachable", f"{url} could not be reached ({error})") from None
     if response.status_code != 200:
         raise OidcError("bad_response", f"{url} answered HTTP {response.status_code}")

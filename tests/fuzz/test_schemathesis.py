@@ -29,6 +29,7 @@ CONFIG = Path(__file__).with_name("schemathesis.toml")
 TENANT = "fuzz"
 ADMIN = "fuzz-admin"
 SCOPES = ("ingest", "decide", "manage")
+DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens there
 
 
 def fuzz_seed() -> int:
@@ -65,6 +66,13 @@ def console(tmp_path_factory):
         GAVEL_DEFAULT_RATE_PER_MINUTE="1000000",
         GAVEL_DEFAULT_RATE_BURST="100000",
         GAVEL_WEBHOOK_ALLOW_HTTP="1",
+        # The schema's URL patterns make the fuzzer write webhook URLs and OIDC issuers the
+        # server then calls: every outbound request goes to a closed loopback port (httpx
+        # honours these), never to whatever host was generated, nor to its DNS lookup.
+        HTTP_PROXY=DEAD_PROXY,
+        HTTPS_PROXY=DEAD_PROXY,
+        ALL_PROXY=DEAD_PROXY,
+        NO_PROXY="",
     )
     live.provision()
     live.start()

@@ -145,3 +145,14 @@ def test_st202_a_webhook_url_outside_the_schemas_pattern_is_refused(manage):
         response = manage.post("/api/v1/webhooks", {"url": url, "events": ["approval.decided"]})
         assert response.status_code == 422, url
         assert "url" in [d["path"] for d in response.json()["error"]["details"]]
+
+
+def test_st101_an_issuer_that_is_no_url_is_a_422_not_a_500(manage):
+    """The schema's `^https://` made the fuzzer send issuers like this one (found by
+    `make fuzz`): httpx refuses to build the URL (InvalidURL, before any connection)."""
+    response = manage.patch(
+        "/api/v1/tenant/oidc",
+        {"issuer": "https://\u00f9\u00f5\u0013\u0081", "clientId": "0", "clientSecret": "x"},
+    )
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["details"][0]["path"] == "issuer"
