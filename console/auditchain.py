@@ -160,25 +160,24 @@ def _number(value) -> str:
     return "0" if number.is_zero() else str(number.normalize())
 
 
+def _numbers(value):
+    """The value with each number as `{"\\u0000n": _number(it)}` (no stored string or key
+    holds U+0000: PostgreSQL cannot, the API refuses it), the rest as it is."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int | float):
+        return {"\u0000n": _number(value)}
+    if isinstance(value, list):
+        return [_numbers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _numbers(v) for k, v in value.items()}
+    raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
 def _stable(value) -> str:
     """Canonical JSON text that reads the same for a value before it was stored and as the
-    database returns it (keys sorted, numbers as `_number`)."""
-    if value is None or isinstance(value, bool):
-        return json.dumps(value)
-    if isinstance(value, int | float):
-        return _number(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, list):
-        return "[" + ",".join(_stable(v) for v in value) + "]"
-    if isinstance(value, dict):
-        items = sorted(value.items())
-        return (
-            "{"
-            + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _stable(v) for k, v in items)
-            + "}"
-        )
-    raise TypeError(f"not a JSON value: {type(value).__name__}")
+    database returns it (keys sorted, no spaces, numbers as `_number`)."""
+    return json.dumps(_numbers(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def writer_message(row: dict) -> bytes:
