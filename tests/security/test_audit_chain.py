@@ -424,3 +424,25 @@ def test_l2_another_tenants_entry_cannot_serve_as_a_cursor(client, admin_api, te
     admin_b = PrincipalFactory(tenant=tenant_b, role="admin")
     api_b = ApiClient(client, make_key(tenant_b, scopes=("manage",), principal=admin_b))
     assert api_b.get("/api/v1/audit", cursor=cursor).status_code == 200
+
+
+def test_a_checkpoint_recording_a_pruned_prefix_lets_verify_start_after_it(admin_api, tenant_a):
+    """Room for retention (issue #27): a prefix pruned whole, with a signed checkpoint that
+    records its last position and hash, is not a removed entry."""
+    from console.services.auditcheckpoints import audit_checkpoint
+
+    for n in range(5):
+        put(tenant_a, n)
+    audit_seal_due()
+    rows = chain(tenant_a)
+    cut = rows[2]  # prune positions 1..3
+    audit_checkpoint(
+        tenant=tenant_a,
+        by="prune",
+        terms={"keyed_from": 1, "pruned_through": cut["chain_seq"], "pruned_hash": cut["hash"]},
+    )
+    for row in rows[:3]:
+        sql("DELETE FROM console_auditevent WHERE id = %s", [row["id"]])
+    body = verify(admin_api)
+    assert body["ok"] is True and body["entries"] == len(rows) - 3
+    assert json.loads(body["checkpoint"]["statement"])["prunedThrough"] == cut["chain_seq"]
