@@ -24,7 +24,7 @@ from console import access, realtime
 from console.auth import browser_session, decide_auth, ingest_auth_held
 from console.db import released
 from console.errors import Invalid
-from console.schemas import CamelSchema, Cursor, errors
+from console.schemas import CamelSchema, OptionalCursor, errors
 
 router = Router(tags=["approvals"])
 
@@ -55,7 +55,7 @@ class ApprovalListQuery(CamelSchema):
     status: Literal["pending", "approved", "denied", "expired", "cancelled"] | None = None
     run_id: str | None = None
     limit: Annotated[int, Field(ge=1, le=200)] = 50
-    cursor: Cursor | None = None
+    cursor: OptionalCursor = None
 
 
 _background: set = set()  # keeps the pending hint tasks referenced until they finish

@@ -9,11 +9,13 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from ninja import Field
-from pydantic import ConfigDict, model_validator
+from pydantic import ConfigDict, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
 from approvals.models import Rule
 from approvals.rules import (
+    MAX_CONDITIONS,
+    OPS,
     RuleInvalid,
     RuleSpec,
     conditions_validate,
@@ -21,7 +23,7 @@ from approvals.rules import (
     examples_problems,
 )
 from console.errors import Invalid
-from console.schemas import CamelSchema, Cursor, StrictBool, WireDatetime
+from console.schemas import CamelSchema, OptionalCursor, StrictBool, WireDatetime
 
 Pattern = Annotated[str, Field(min_length=1, max_length=255)]
 WireId = Annotated[str, Field(min_length=1, max_length=255)]
@@ -29,6 +31,47 @@ RunId = Annotated[str, Field(min_length=1, max_length=128)]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 Message = Annotated[str, Field(max_length=10_000)]
 Effect = Literal["approve", "deny"]
+
+# The shape of a condition, as approvals/rules/conditions.py checks it (the schema only says
+# it; that module still validates): a path part is any run of characters but `.`, Python's
+# whitespace (str.isspace) and U+0000; at most 32 parts and 256 characters.
+_PART = (
+    "[^.\\u0000\\t\\n\\u000b\\u000c\\r\\u001c-\\u001f \\u0085\\u00a0\\u1680"
+    "\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+"
+)
+CONDITION_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "path": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 256,
+            "pattern": f"^{_PART}(\\.{_PART}){{0,31}}$",
+            "description": "a dotted path into the call's arguments (to, recipients.0, "
+            "options.dryRun); an integer part also indexes a list",
+        },
+        "op": {"type": "string", "enum": list(OPS)},
+        "value": {
+            "description": "exists, notExists: none (or null); startsWith, endsWith, glob: a "
+            "string of at most 1,000 characters; lt, lte, gt, gte: a number; in: a list of at "
+            "most 1,000 values; equals, notEquals, contains: any JSON value. Otherwise a 422 "
+            "naming conditions.N.value"
+        },
+    },
+    "required": ["path", "op"],
+    "additionalProperties": False,
+}
+Conditions = Annotated[
+    list[Any],
+    WithJsonSchema(
+        {
+            "type": "array",
+            "items": CONDITION_SCHEMA,
+            "maxItems": MAX_CONDITIONS,
+            "description": "every condition must hold for the rule to match",
+        }
+    ),
+]
 
 
 class In(CamelSchema):
@@ -52,7 +95,7 @@ class RuleIn(In):
     principal_pattern: Pattern = "*"
     conversation_id: WireId | None = None
     run_id: RunId | None = None
-    conditions: list[Any] = Field(default_factory=list)
+    conditions: Conditions = Field(default_factory=list)
     message: Message | None = None
     expires_at: WireDatetime | None = None
     active: StrictBool = True
@@ -72,7 +115,7 @@ class RulePatchIn(In):
     principal_pattern: Pattern = None
     conversation_id: WireId | None = None
     run_id: RunId | None = None
-    conditions: list[Any] = None
+    conditions: Conditions = None
     message: Message | None = None
     expires_at: WireDatetime | None = None
     active: StrictBool = None
@@ -151,7 +194,7 @@ def rule_wire(rule: Rule) -> dict:
 
 class RuleListQuery(CamelSchema):
     limit: Annotated[int, Field(ge=1, le=200)] = 50
-    cursor: Cursor | None = None
+    cursor: OptionalCursor = None
 
 
 class RuleListOut(CamelSchema):

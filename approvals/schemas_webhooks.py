@@ -3,14 +3,24 @@ bodies with them, and so does /manage/webhooks/ (a page accepts what the API acc
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Literal
 
 from ninja import Field
-from pydantic import ConfigDict, StrictStr
+from pydantic import AfterValidator, ConfigDict, StrictStr
 from pydantic.alias_generators import to_camel
 
-from console.schemas import CamelSchema
+from console.schemas import CamelSchema, OptionalCursor
+
+URL_PATTERN = "^https?://[^\\u0000]*$"
+
+
+def _url_scheme(value: str) -> str:
+    """The schema's pattern, checked (the service checks the rest: which scheme, the host)."""
+    if not re.match(URL_PATTERN, value):
+        raise ValueError("a webhook URL must be https://host/...")
+    return value
 
 
 class WebhookIn(CamelSchema):
@@ -18,7 +28,16 @@ class WebhookIn(CamelSchema):
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
-    url: Annotated[StrictStr, Field(min_length=1)]
+    url: Annotated[
+        StrictStr,
+        Field(
+            min_length=1,
+            description="https://host/... (http:// only with GAVEL_WEBHOOK_ALLOW_HTTP, for "
+            "development); at most 500 characters",
+            json_schema_extra={"format": "uri", "pattern": URL_PATTERN},
+        ),
+        AfterValidator(_url_scheme),
+    ]
     events: Annotated[list[StrictStr], Field(max_length=20)]
     format: Literal["gavel", "slack"] = "gavel"
 
@@ -60,4 +79,4 @@ class DeliveryListOut(CamelSchema):
 
 class ListQuery(CamelSchema):
     limit: Annotated[int, Field(ge=1, le=200)] = 50
-    cursor: str | None = None
+    cursor: OptionalCursor = None

@@ -38,6 +38,15 @@ GroupBy = Annotated[
     ),
 ]
 Format = Annotated[str, WithJsonSchema({"type": "string", "enum": ["json", "csv"]})]
+USAGE_SPAN = (
+    f"`from` must not be after `to`, and from..to (both days included) spans at most "
+    f"{s.MAX_USAGE_DAYS} days: otherwise a 422 validation_error"
+)
+USAGE_FROM = (
+    "the first day, YYYY-MM-DD in the tenant's time zone (default: the 1st of this month); "
+    + USAGE_SPAN
+)
+USAGE_TO = "the last day, YYYY-MM-DD in the tenant's time zone (default: today); " + USAGE_SPAN
 
 
 @router.get(
@@ -58,8 +67,8 @@ Format = Annotated[str, WithJsonSchema({"type": "string", "enum": ["json", "csv"
 )
 def usage(
     request,
-    date_from: Annotated[Day | None, Query(alias="from", description="YYYY-MM-DD")] = None,
-    date_to: Annotated[Day | None, Query(alias="to", description="YYYY-MM-DD")] = None,
+    date_from: Annotated[Day | None, Query(alias="from", description=USAGE_FROM)] = None,
+    date_to: Annotated[Day | None, Query(alias="to", description=USAGE_TO)] = None,
     group_by: Annotated[
         GroupBy | None, Query(alias="groupBy", description="day,principal,agent,model,team")
     ] = None,

@@ -13,7 +13,7 @@ from pydantic.alias_generators import to_camel
 
 from budgets.rules import DEFAULT_THRESHOLDS, THRESHOLD_MAX, THRESHOLD_MIN
 from console.errors import Invalid
-from console.schemas import INT64_MAX, CamelSchema, Cursor, Int64, wire_int
+from console.schemas import INT64_MAX, CamelSchema, Int64, OptionalCursor, wire_int
 
 MAX_USAGE_DAYS = 366
 DIMENSIONS = ("day", "principal", "agent", "model", "team")  # the contract's column order
@@ -106,9 +106,21 @@ _FORBID = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="for
 Threshold = wire_int(ge=THRESHOLD_MIN, le=THRESHOLD_MAX)
 PositiveInt = wire_int(ge=1, le=INT64_MAX)  # a bigint column
 PrincipalId = Annotated[StrictStr, Field(min_length=1, max_length=255)]
+Leads = Annotated[
+    list[PrincipalId],
+    Field(
+        max_length=100,
+        description="each the id of one of the tenant's principals (unknown: a 422)",
+    ),
+]
 
 
 class ScopeIn(CamelSchema):
+    """What a budget counts. `tenant`: everything, with no `id` (or null); `team`,
+    `principal`, `agent`: `id` names one of the tenant's teams, principals or agents, and is
+    required. A scope without its id, or naming one the tenant does not have, is a 422 at
+    `scope.id`."""
+
     model_config = _FORBID
 
     type: Literal["tenant", "team", "principal", "agent"]
@@ -132,7 +144,7 @@ class BudgetIn(CamelSchema):
     ceiling_tokens: PositiveInt | None = None
     thresholds: Annotated[list[Threshold], Field(max_length=20)] = list(DEFAULT_THRESHOLDS)
     over_budget: Literal["refuse", "ask"] = "refuse"
-    leads: Annotated[list[PrincipalId], Field(max_length=100)] = []
+    leads: Leads = []
 
 
 class BudgetPatch(CamelSchema):
@@ -148,7 +160,7 @@ class BudgetPatch(CamelSchema):
     ceiling_tokens: PositiveInt | None = None
     thresholds: Annotated[list[Threshold], Field(max_length=20)] = None
     over_budget: Literal["refuse", "ask"] = None
-    leads: Annotated[list[PrincipalId], Field(max_length=100)] = None
+    leads: Leads = None
 
     def changes(self) -> dict:
         return {name: self.model_dump()[name] for name in self.model_fields_set}
@@ -188,7 +200,7 @@ class BudgetListOut(CamelSchema):
 
 class BudgetListQuery(CamelSchema):
     limit: Annotated[int, Field(ge=1, le=200)] = 50
-    cursor: Cursor | None = None
+    cursor: OptionalCursor = None
 
 
 # --- the budget check ---

@@ -8,14 +8,23 @@ class ConsoleConfig(AppConfig):
     def ready(self):
         # Socket hygiene: sign-out and deactivation close the user's sockets (receivers there);
         # every sign-in records its time in the session (console.signin's receiver); the sweep
-        # seals audit entries whose commit-time seal was skipped (console.services.auditlog).
+        # seals audit entries whose commit-time seal was skipped (console.services.auditlog)
+        # and signs the audit chains' heads (console.services.auditcheckpoints).
         from console import checks, outbox, realtime, signin  # noqa: F401
-        from console.services import auditlog
+        from console.services import auditcheckpoints, auditlog
 
         outbox.register(
             outbox.Sender(
                 name="audit entries sealed",
                 run_due=auditlog.audit_seal_due,
                 next_due=lambda: None,  # sealed on commit; the sweep only catches up
+            )
+        )
+        outbox.register(
+            outbox.Sender(
+                name="audit checkpoints",
+                run_due=auditcheckpoints.audit_checkpoint_due,
+                next_due=lambda: None,
+                sweep_only=True,
             )
         )

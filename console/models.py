@@ -7,6 +7,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from console import auditchain
+
 CAPABILITIES = ("view_runs", "decide", "view_budgets", "manage_budgets", "manage_rules", "admin")
 # `ingest`: write runs, read decisions; `decide`: decide as the bound principal; `manage`: the
 # management API, acting as the bound principal (under its roles' capabilities).
@@ -195,6 +197,12 @@ class AuditQuerySet(models.QuerySet):
     def delete(self):
         raise AppendOnly("audit events are append-only")
 
+    def bulk_create(self, objs, *args, **kwargs):
+        objs = list(objs)
+        for obj in objs:
+            obj.tag_for_insert()
+        return super().bulk_create(objs, *args, **kwargs)
+
     def seal(self, *, chain_seq: int, prev_hash: str | None, hash: str) -> int:  # noqa: A002
         """Give one unsealed entry its place in the chain (the PostgreSQL trigger allows this
         and nothing else)."""
@@ -205,8 +213,11 @@ class AuditQuerySet(models.QuerySet):
 
 class AuditEvent(models.Model):
     """Append-only: every decision, admin change and refusal. Rows are never updated (but
-    sealed once into the tenant's hash chain) or deleted; on PostgreSQL a trigger enforces it
-    (migration 0007). The actor is a principal and/or a key, or a rule (`rul_...`)."""
+    sealed once into the tenant's hash chain) or deleted; on PostgreSQL triggers enforce it
+    (migrations 0008, 0013). The actor is a principal and/or a key, or a rule (`rul_...`).
+    Inserted only through this model (console.services.audit), which gives each entry its
+    random public id and the writer's tag (console.auditchain): a row inserted any other way
+    is never sealed, and verify reports it."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="audit_events")
     at = models.DateTimeField(default=timezone.now, db_index=True)
@@ -230,6 +241,11 @@ class AuditEvent(models.Model):
     chain_seq = models.BigIntegerField(null=True, blank=True)
     prev_hash = models.CharField(max_length=64, null=True, blank=True)
     hash = models.CharField(max_length=64, null=True, blank=True)
+    # Since migration 0013 (null before): the wire id (`aud_` + random, so ids tell nothing of
+    # other tenants' volume) and the writer's tag over the entry's content (keyed: see
+    # console.auditchain.writer_tag).
+    public_id = models.CharField(max_length=32, null=True, blank=True)
+    writer_tag = models.CharField(max_length=64, null=True, blank=True)
 
     objects = AuditQuerySet.as_manager()
 
@@ -246,13 +262,29 @@ class AuditEvent(models.Model):
             ),
         ]
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "chain_seq"], name="audit_chain_seq_unique")
+            models.UniqueConstraint(fields=["tenant", "chain_seq"], name="audit_chain_seq_unique"),
+            models.UniqueConstraint(fields=["tenant", "public_id"], name="audit_public_id_unique"),
         ]
 
     def save(self, *args, **kwargs):
         if self.pk is not None:
             raise AppendOnly("audit events are append-only")
+        self.tag_for_insert()
         super().save(*args, **kwargs)
+
+    def tag_for_insert(self) -> None:
+        """A public id, and the writer's tag over what the row will hold once stored."""
+        if self.pk is not None or self.hash is not None:
+            raise AppendOnly("audit events are inserted unsealed, once")
+        self.public_id = self.public_id or auditchain.new_public_id()
+        row = {name: getattr(self, name) for name in auditchain.WRITER_FIELDS}
+        for name in ("data", "before", "after"):
+            row[name] = auditchain.as_stored(row[name])
+        self.writer_tag = auditchain.writer_tag(row)
+
+    @property
+    def wire_id(self) -> str:
+        return auditchain.wire_id(self.pk, self.public_id)
 
     def delete(self, *args, **kwargs):
         raise AppendOnly("audit events are append-only")
@@ -275,6 +307,43 @@ class AuditRefusalThrottle(models.Model):
                 fields=["tenant", "actor", "path"], name="audit_refusal_throttle_unique"
             )
         ]
+
+
+class AuditCheckpointQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise AppendOnly("audit checkpoints are append-only")
+
+    def delete(self):
+        raise AppendOnly("audit checkpoints are append-only")
+
+
+class AuditCheckpoint(models.Model):
+    """A signed statement of a tenant's audit chain head (console.services.auditlog): made
+    by verify, by exports and periodically by the sweep, and also written to the log, so the
+    head is anchored outside the table. `statement` is the exact JSON signed (Ed25519, key
+    `key_id`: console.auditchain); `position` and `head_hash` repeat two of its values for
+    reading many checkpoints without parsing each. Append-only like the entries."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    at = models.DateTimeField(default=timezone.now)
+    position = models.BigIntegerField()
+    head_hash = models.CharField(max_length=64, null=True, blank=True)
+    statement = models.TextField()
+    key_id = models.CharField(max_length=16)
+    signature = models.CharField(max_length=100)
+
+    objects = AuditCheckpointQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "-id"], name="audit_checkpoint_tenant")]
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise AppendOnly("audit checkpoints are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnly("audit checkpoints are append-only")
 
 
 class TenantOidc(models.Model):

@@ -66,12 +66,19 @@ WireDatetime = Annotated[AwareDatetime, BeforeValidator(_iso_string), AfterValid
 
 
 CURSOR_DESCRIPTION = (
-    "opaque: the nextCursor of an earlier answer (any other value is a 422 validation_error)"
+    "opaque: the nextCursor of an earlier answer, a cursor this server issued (base64url "
+    "text); any other value, even one of this alphabet, is a 422 validation_error naming "
+    "query.cursor"
 )
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]+={0,2}$"
 # A list's cursor: the server issues base64url text; one it did not issue is a 422.
 Cursor = Annotated[
-    str, Field(pattern=r"^[A-Za-z0-9_-]*$", max_length=200, description=CURSOR_DESCRIPTION)
+    str,
+    Field(pattern=CURSOR_PATTERN, min_length=1, max_length=200, description=CURSOR_DESCRIPTION),
 ]
+# ... as a list's query parameter (absent: the first page); the description also on the
+# parameter itself, where OpenAPI readers look.
+OptionalCursor = Annotated[Cursor | None, Field(description=CURSOR_DESCRIPTION)]
 
 
 def cursor_pk(value: int) -> int:
@@ -133,16 +140,26 @@ def strict_json(text: bytes | str):
 Filter = Annotated[str | None, Field(max_length=255)]
 
 
+# What `from`/`to` take (the schema's pattern, and what the server checks): empty, a day, or
+# an RFC 3339 date-time whose seconds and offset may be left out (no offset: UTC).
+AUDIT_TIME_PATTERN = (
+    r"^(\d{4}-\d{2}-\d{2}([Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?([Zz]|[+-]\d{2}:\d{2})?)?)?$"
+)
+_AUDIT_TIME = re.compile(AUDIT_TIME_PATTERN)
+
+
 def _when(value, *, end: bool):
     """An ISO 8601 time (no offset: UTC), or a day YYYY-MM-DD: its start for `from`, the
     start of the next day for `to` (so `to` a day includes that day)."""
     if value in (None, ""):
         return None
+    if isinstance(value, str) and not _AUDIT_TIME.fullmatch(value):
+        raise ValueError("must be a day YYYY-MM-DD or a date-time (ISO 8601)")
     if isinstance(value, str) and len(value) == 10:
         day = datetime.fromisoformat(value).replace(tzinfo=UTC)  # ValueError: a 422
         return day + timedelta(days=1) if end else day
     if isinstance(value, str):
-        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        value = datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
     if isinstance(value, datetime) and value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value
@@ -150,9 +167,16 @@ def _when(value, *, end: bool):
 
 AUDIT_TIME = {
     "type": "string",
-    "description": "an ISO 8601 date-time (without an offset: UTC) or a day YYYY-MM-DD; "
-    "empty: no bound",
+    "pattern": AUDIT_TIME_PATTERN,
+    "description": "a day YYYY-MM-DD (format date; as `to`, that day included) or a "
+    "date-time (format date-time, RFC 3339; seconds and offset may be left out, no offset "
+    "meaning UTC); empty: no bound. A value of this shape that is no calendar day or time "
+    "(2026-13-01) is a 422 validation_error",
 }
+AUDIT_CURSOR = Annotated[
+    str | None,
+    Field(pattern=r"^[A-Za-z0-9_-]*={0,2}$", max_length=200, description=CURSOR_DESCRIPTION),
+]
 
 
 class AuditQuery(CamelSchema):
@@ -167,7 +191,7 @@ class AuditQuery(CamelSchema):
     date_from: Annotated[datetime | None, WithJsonSchema(AUDIT_TIME), Field(alias="from")] = None
     date_to: Annotated[datetime | None, WithJsonSchema(AUDIT_TIME), Field(alias="to")] = None
     limit: Annotated[int, Field(ge=1, le=200)] = 50
-    cursor: Filter = None
+    cursor: AUDIT_CURSOR = None  # empty: the first page
     format: Literal["json", "csv", "jsonl"] = "json"
 
     @field_validator("action", "actor_id", "object_type", "object_id", "cursor", mode="before")
@@ -216,10 +240,43 @@ class AuditListOut(CamelSchema):
     next_cursor: str | None
 
 
+class AuditCheckpointOut(CamelSchema):
+    """A signed checkpoint of the chain's head: `statement` is the exact JSON signed
+    (Ed25519; `publicKey`: the raw public key, base64url) and `signature` its signature."""
+
+    position: int
+    hash: str | None
+    entries: int
+    at: datetime
+    statement: str
+    signature: str
+    key_id: str
+    public_key: str | None
+
+
+AUDIT_VERIFY_REASONS = (
+    "changed",
+    "removed",
+    "rewritten",
+    "truncated",
+    "inserted",
+    "checkpoint_invalid",
+    "checkpoint_missing",
+)
+
+
 class AuditVerifyOut(CamelSchema):
     ok: bool
     entries: int
     first_bad_id: str | None
+    reason: Annotated[
+        Literal[AUDIT_VERIFY_REASONS] | None,  # type: ignore[valid-type]
+        Field(description="why the chain is not intact (null when it is): see docs/api.md"),
+    ] = None
+    checkpoint: Annotated[
+        AuditCheckpointOut | None,
+        Field(description="the checkpoint signed for this intact chain's head (null if not ok)"),
+    ] = None
 
 
 # Escapes that may spell what PostgreSQL cannot store: U+0000, or a lone UTF-16 surrogate (a

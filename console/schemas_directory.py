@@ -14,7 +14,7 @@ from pydantic import AfterValidator, ConfigDict, StrictBool, StrictStr
 from pydantic.alias_generators import to_camel
 
 from console.models import CAPABILITIES, Principal, Role, Team
-from console.schemas import CamelSchema
+from console.schemas import CamelSchema, OptionalCursor
 
 _FORBID = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
@@ -36,7 +36,25 @@ NewPrincipalId = Annotated[StrictStr, Field(min_length=1, max_length=255, patter
 Names = Annotated[list[Name], Field(max_length=200)]
 Ids = Annotated[list[PrincipalId], Field(max_length=1000)]
 Glob = Annotated[StrictStr, Field(min_length=1, max_length=200)]
-Password = Annotated[StrictStr, Field(min_length=1, max_length=200)]
+Password = Annotated[
+    StrictStr,
+    Field(
+        min_length=1,
+        max_length=200,
+        description="checked by the server's password validators (AUTH_PASSWORD_VALIDATORS: "
+        "at least 8 characters); one they refuse is a 422 naming `password`",
+    ),
+]
+# What the schema cannot check: the names and ids must exist in the tenant.
+TeamNames = Annotated[
+    Names, Field(description="each the name of one of the tenant's teams (unknown: a 422)")
+]
+RoleNames = Annotated[
+    Names, Field(description="each the name of one of the tenant's roles (unknown: a 422)")
+]
+PrincipalIds = Annotated[
+    Ids, Field(description="each the id of one of the tenant's principals (unknown: a 422)")
+]
 Email = Annotated[StrictStr, Field(max_length=254), AfterValidator(_email)]
 
 
@@ -58,8 +76,8 @@ class PrincipalIn(CamelSchema):
     id: NewPrincipalId
     name: Annotated[StrictStr, Field(max_length=200)] = ""
     email: Email = ""
-    roles: Names = []
-    teams: Names = []
+    roles: RoleNames = []
+    teams: TeamNames = []
     password: Password | None = None
 
 
@@ -68,8 +86,8 @@ class PrincipalPatch(_Patch):
 
     name: Annotated[StrictStr, Field(max_length=200)] = None
     email: Email = None
-    roles: Names = None
-    teams: Names = None
+    roles: RoleNames = None
+    teams: TeamNames = None
     active: StrictBool = None
     reviewed: StrictBool = None
     password: Password = None
@@ -100,7 +118,7 @@ class PrincipalListQuery(CamelSchema):
     active: bool | None = None
     reviewed: bool | None = None
     limit: Annotated[int, Field(ge=1, le=200)] = 50
-    cursor: str | None = None
+    cursor: OptionalCursor = None
 
 
 # --- roles ---
@@ -143,13 +161,13 @@ class TeamIn(CamelSchema):
     model_config = _FORBID
 
     name: Name
-    members: Ids = []
-    leads: Ids = []
+    members: PrincipalIds = []
+    leads: PrincipalIds = []
 
 
 class TeamPatch(_Patch):
-    members: Ids = None
-    leads: Ids = None
+    members: PrincipalIds = None
+    leads: PrincipalIds = None
 
 
 class TeamOut(CamelSchema):
@@ -165,7 +183,7 @@ class TeamListOut(CamelSchema):
 
 class ListQuery(CamelSchema):
     limit: Annotated[int, Field(ge=1, le=200)] = 50
-    cursor: str | None = None
+    cursor: OptionalCursor = None
 
 
 # --- the wire forms an audit entry records (and the resources start from) ---

@@ -10,11 +10,11 @@ from zoneinfo import available_timezones
 
 from babel.numbers import list_currencies
 from ninja import Field
-from pydantic import AfterValidator, ConfigDict, StrictBool, StrictInt, StrictStr
+from pydantic import AfterValidator, ConfigDict, StrictBool, StrictInt, StrictStr, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from console.models import SCOPES
-from console.schemas import CamelSchema
+from console.schemas import CamelSchema, OptionalCursor
 
 _FORBID = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
@@ -48,7 +48,17 @@ def _aware(value: datetime) -> datetime:
     return value
 
 
-Currency = Annotated[StrictStr, AfterValidator(_currency)]
+Currency = Annotated[
+    StrictStr,
+    AfterValidator(_currency),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "enum": sorted(list_currencies()),
+            "description": "an ISO 4217 currency code (e.g. USD, EUR)",
+        }
+    ),
+]
 TimeZone = Annotated[StrictStr, AfterValidator(_time_zone)]
 
 
@@ -63,7 +73,10 @@ class KeyIn(CamelSchema):
     name: Name
     scopes: Annotated[list[Literal[SCOPES]], Field(min_length=1, max_length=len(SCOPES))]
     principal_id: Annotated[StrictStr, Field(min_length=1, max_length=255)] | None = None
-    expires_at: Annotated[datetime, AfterValidator(_aware)] | None = None
+    expires_at: Annotated[
+        Annotated[datetime, AfterValidator(_aware)] | None,
+        Field(description="a date-time with an offset, in the future (a past one is a 422)"),
+    ] = None
     rate_per_minute: Rate | None = None
     rate_burst: Rate | None = None
 
@@ -94,7 +107,7 @@ class KeyListOut(CamelSchema):
 
 class ListQuery(CamelSchema):
     limit: Annotated[int, Field(ge=1, le=200)] = 50
-    cursor: str | None = None
+    cursor: OptionalCursor = None
 
 
 # --- the tenant's settings ---

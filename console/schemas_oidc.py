@@ -22,7 +22,16 @@ class OidcPatch(CamelSchema):
 
     model_config = _FORBID
 
-    issuer: Annotated[StrictStr, Field(min_length=1, max_length=500)] = None
+    issuer: Annotated[
+        StrictStr,
+        Field(
+            min_length=1,
+            max_length=500,
+            description="the OpenID provider's issuer URL: https:// (http:// only in "
+            "development, with GAVEL_OIDC_ALLOW_HTTP); its discovery document is read",
+            json_schema_extra={"format": "uri", "pattern": "^https://[^\\u0000]*$"},
+        ),
+    ] = None
     client_id: Name = None
     client_secret: Annotated[StrictStr, Field(min_length=1, max_length=1000)] = None
     principal_claim: Literal["email", "preferred_username", "sub"] = None

@@ -41,7 +41,7 @@ def _invalid(details: list[dict]):
     return Invalid("the audit log's filters are invalid", code="validation_error", details=details)
 
 
-def audit_filters(params: Mapping) -> dict:
+def audit_filters(params: Mapping, *, viewer) -> dict:
     """The filters of a query string (the page's form), validated by the API's own schema,
     as `audit_query_check` answers them; a bad one raises Invalid naming it."""
     try:
@@ -53,34 +53,48 @@ def audit_filters(params: Mapping) -> dict:
                 for e in error.errors()
             ]
         ) from None
-    return audit_query_check(query)
+    return audit_query_check(query, viewer=viewer)
 
 
-def audit_query_check(query: AuditQuery) -> dict:
-    """What ninja's validation cannot see: the order of `from` and `to`, the cursor."""
+def audit_query_check(query: AuditQuery, *, viewer) -> dict:
+    """What ninja's validation cannot see: the order of `from` and `to`, the cursor (which
+    must name an entry of the viewer's tenant)."""
     if query.date_from and query.date_to and query.date_to <= query.date_from:
         raise _invalid([{"path": "query.to", "message": "must be later than `from`"}])
     filters = query.model_dump(include={*FILTERS, "limit", "format"})
-    filters["before_pk"] = _cursor(query.cursor)
+    filters["before_pk"] = _cursor(query.cursor, viewer=viewer)
     return filters
 
 
-def _cursor(raw: str | None) -> int | None:
+def _not_ours():
+    return _invalid([{"path": "query.cursor", "message": "not a cursor this server issued"}])
+
+
+def _cursor(raw: str | None, *, viewer) -> int | None:
+    """A cursor names the last entry of a page by its wire id, never by its row number
+    (which counts every tenant's entries: finding L2)."""
     if raw is None:
         return None
     try:
-        text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
-        if not text.startswith("a") or not text[1:].isdigit():
-            raise ValueError
+        wire = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
     except ValueError:
-        raise _invalid(
-            [{"path": "query.cursor", "message": "not a cursor this server issued"}]
-        ) from None
-    return int(text[1:])
+        raise _not_ours() from None
+    if not wire.startswith("i" + auditchain.PUBLIC_ID_PREFIX):
+        raise _not_ours()
+    access.require_capability(viewer, "admin")
+    rows = AuditEvent.objects.filter(tenant_id=viewer.tenant_id)
+    if (legacy := auditchain.legacy_pk(wire[1:])) is not None:
+        rows = rows.filter(pk=legacy, public_id__isnull=True)
+    else:
+        rows = rows.filter(public_id=wire[1:])
+    pk = rows.values_list("pk", flat=True).first()
+    if pk is None:
+        raise _not_ours()
+    return pk
 
 
-def _cursor_of(pk: int) -> str:
-    return base64.urlsafe_b64encode(f"a{pk}".encode()).decode().rstrip("=")
+def _cursor_of(entry: AuditEvent) -> str:
+    return base64.urlsafe_b64encode(f"i{entry.wire_id}".encode()).decode().rstrip("=")
 
 
 def _matching(*, viewer, filters: dict):
@@ -116,6 +130,7 @@ def _matching(*, viewer, filters: dict):
         "after",
         "ip",
         "user_agent",
+        "public_id",
         *related,
     )
 
@@ -123,7 +138,7 @@ def _matching(*, viewer, filters: dict):
 def audit_resource(entry: AuditEvent) -> dict:
     principal, key = entry.actor_principal, entry.actor_key
     return {
-        "id": auditchain.wire_id(entry.pk),
+        "id": entry.wire_id,
         "at": entry.at,
         "action": entry.action,
         "actor": {
@@ -142,13 +157,13 @@ def audit_resource(entry: AuditEvent) -> dict:
 
 
 def audit_list(*, viewer, filters: dict) -> dict:
-    """One page, newest first (by id: the order entries were written), and the next cursor."""
+    """One page, newest first (the order entries were written), and the next cursor."""
     limit = filters.get("limit") or 50
     rows = list(_matching(viewer=viewer, filters=filters).order_by("-pk")[: limit + 1])
     more, rows = len(rows) > limit, rows[:limit]
     return {
         "items": [audit_resource(e) for e in rows],
-        "next_cursor": _cursor_of(rows[-1].pk) if more else None,
+        "next_cursor": _cursor_of(rows[-1]) if more else None,
     }
 
 
@@ -283,7 +298,7 @@ def audit_page_context(*, viewer, params: Mapping) -> dict:
         "jsonl_url": "/api/v1/audit?" + urlencode({**kept, "format": "jsonl"}),
     }
     try:
-        filters = audit_filters({**kept, "cursor": params.get("cursor", "")})
+        filters = audit_filters({**kept, "cursor": params.get("cursor", "")}, viewer=viewer)
     except Invalid as error:
         return {**context, "filter_error": error, "entries": [], "next_url": None}
     page = audit_list(viewer=viewer, filters=filters)

@@ -69,6 +69,14 @@ def env_secret(name: str, *, debug: bool) -> str:
     return key_file.read_text().strip()
 
 
+def env_key(name: str, *, min_length: int) -> str:
+    """An optional secret (unset or empty: ""), at least `min_length` characters when set."""
+    value = os.environ.get(name, "")
+    if value and len(value.strip()) < min_length:
+        raise ImproperlyConfigured(f"{name} must be at least {min_length} characters")
+    return value
+
+
 def env_database(name: str) -> dict:
     url = os.environ.get(name, "").strip()
     if not url:
@@ -349,6 +357,9 @@ GAVEL_OUTBOUND_ALLOW_LOOPBACK = env_bool("GAVEL_OUTBOUND_ALLOW_LOOPBACK", False)
 # The key that encrypts stored secrets (a tenant's OIDC client secret): a Fernet key
 # (32 url-safe base64 bytes); unset, one is derived from SECRET_KEY (console/crypto.py).
 GAVEL_ENCRYPTION_KEY = os.environ.get("GAVEL_ENCRYPTION_KEY", "")
+# The secret the audit log's keys are derived from (the chain's HMAC, the writer's tag, the
+# checkpoints' Ed25519 key: console/auditchain.py); unset, SECRET_KEY. Never in the database.
+GAVEL_AUDIT_KEY = env_key("GAVEL_AUDIT_KEY", min_length=32)
 
 # Sign-in protection (the contract's numbers): 5 failures for one account or 20 from one
 # address within the window lock it for the lockout period.

@@ -8,7 +8,7 @@ from typing import Annotated
 from ninja import Field, Query, Router
 
 from console.auth import browser_session, manage_auth
-from console.schemas import CamelSchema, Cursor, errors
+from console.schemas import CamelSchema, OptionalCursor, errors
 from notifications.models import NotificationKind
 from notifications.preferences import notification_settings_update
 from notifications.schemas import (
@@ -44,7 +44,7 @@ class NotificationListOut(CamelSchema):
 class NotificationListQuery(CamelSchema):
     unread: bool | None = None
     limit: Annotated[int, Field(ge=1, le=200)] = 50
-    cursor: Cursor | None = None
+    cursor: OptionalCursor = None
 
 
 @router.get(

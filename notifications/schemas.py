@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from ninja import Field
-from pydantic import ConfigDict, StrictBool, StrictInt, StrictStr
+from pydantic import ConfigDict, StrictBool, StrictStr
 from pydantic.alias_generators import to_camel
 
-from console.schemas import CamelSchema
+from console.schemas import CamelSchema, wire_int
 from notifications.models import DIGEST_MINUTES_MAX, DIGEST_MINUTES_MIN
 
 _FORBID = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
@@ -17,7 +17,8 @@ _FORBID = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="for
 # A Slack member id (`U024BE7LH`; `W…` on Enterprise Grid), as Slack's own API spells it.
 SLACK_USER_ID_PATTERN = r"^[UW][A-Z0-9]{2,30}$"
 SlackUserId = Annotated[StrictStr, Field(pattern=SLACK_USER_ID_PATTERN)]
-DigestMinutes = Annotated[StrictInt, Field(ge=DIGEST_MINUTES_MIN, le=DIGEST_MINUTES_MAX)]
+# A JSON integer (372.0 is one, as JSON Schema says; 372.5, "372" and true are not).
+DigestMinutes = wire_int(ge=DIGEST_MINUTES_MIN, le=DIGEST_MINUTES_MAX)
 
 
 class NotificationSettingsOut(CamelSchema):

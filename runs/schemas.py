@@ -26,9 +26,9 @@ from console.schemas import (
     INT32_MAX,
     INT64_MAX,
     CamelModel,
-    Cursor,
     Int32,
     Int64,
+    OptionalCursor,
     StrictBool,
     WireDatetime,
     wire_int,
@@ -365,4 +365,4 @@ class RunListQuery(In):
     agent_id: str | None = None
     status: RunStatusLiteral | None = None
     limit: Annotated[int, Field(ge=1, le=200)] = 50
-    cursor: Cursor | None = None
+    cursor: OptionalCursor = None

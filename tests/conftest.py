@@ -1,10 +1,8 @@
 """Persona fixtures (an admin, a lead, a reviewer and a viewer in tenant A; a reviewer in
 tenant B), API clients, and the PostgreSQL / browser markers."""
 
-import errno
-import ipaddress
 import os
-import socket
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -12,47 +10,17 @@ from django.db import connection
 from approvals.services.rules import rules_cache_clear
 from console import adb, ratelimit
 from tests.factories import PrincipalFactory, TenantFactory, make_key
-
-
-def _loopback(host) -> bool:
-    host = host.decode() if isinstance(host, bytes) else str(host or "")
-    if host in ("", "localhost", "testserver") or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host.split("%")[0]).is_loopback
-    except ValueError:
-        return False
+from tests.loopback_only import sitecustomize as loopback_only
 
 
 def pytest_configure(config):
-    """Tests send traffic only to loopback: a name that is not a loopback one does not
-    resolve, and a connection to an address off the machine fails, in this process (servers
-    the tests start talk to loopback by their own configuration)."""
-    resolve, connect, connect_ex = (
-        socket.getaddrinfo,
-        socket.socket.connect,
-        socket.socket.connect_ex,
+    """Tests send traffic only to loopback: in this process and in every Python process a
+    test starts (tests/loopback_only/sitecustomize.py)."""
+    folder = str(Path(__file__).parent / "loopback_only")
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (folder, os.environ.get("PYTHONPATH", "")) if p
     )
-
-    def getaddrinfo(host, *args, **kwargs):
-        if not _loopback(host):
-            raise socket.gaierror(socket.EAI_NONAME, f"tests resolve loopback names only: {host}")
-        return resolve(host, *args, **kwargs)
-
-    def refused(sock, address) -> bool:
-        return sock.family in (socket.AF_INET, socket.AF_INET6) and not _loopback(address[0])
-
-    def guarded_connect(sock, address):
-        if refused(sock, address):
-            raise OSError(errno.ENETUNREACH, f"tests connect to loopback only: {address[0]}")
-        return connect(sock, address)
-
-    def guarded_connect_ex(sock, address):
-        return errno.ENETUNREACH if refused(sock, address) else connect_ex(sock, address)
-
-    socket.getaddrinfo = getaddrinfo
-    socket.socket.connect = guarded_connect
-    socket.socket.connect_ex = guarded_connect_ex
+    loopback_only.install()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -2,6 +2,7 @@
 tenant's hash chain (after commit), the chain's verification, and `authz.refused` with its
 rate limit. The design and its reasons: docs/architecture.md, "The audit log"."""
 
+import hmac
 import logging
 from datetime import timedelta
 
@@ -9,7 +10,15 @@ from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from console import auditchain, links, signin
-from console.models import ApiKey, AuditEvent, AuditRefusalThrottle, Tenant
+from console.models import ApiKey, AuditCheckpoint, AuditEvent, AuditRefusalThrottle, Tenant
+from console.services.auditcheckpoints import (
+    audit_checkpoint,
+    chain_head,
+    checkpoint_resource,
+    checkpoint_terms,
+    checkpoint_valid,
+    latest_checkpoint,
+)
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +113,9 @@ def audit_seal(*, tenant_id: int, limit: int = SEAL_BATCH, wait: bool = True) ->
     """Seal up to `limit` of the tenant's unsealed entries, in id order, into its chain. A
     short transaction of its own that holds the tenant's chain lock (its Tenant row) and no
     other lock, so it can neither deadlock with nor slow down the transactions that wrote the
-    entries. `wait=False`: give up at once when another sealer holds the lock. Returns how
-    many it sealed."""
+    entries. `wait=False`: give up at once when another sealer holds the lock. Only entries
+    whose writer's tag holds are sealed (keyed: console.auditchain): a row inserted behind
+    the console's back stays unsealed, and verify reports it. Returns how many it sealed."""
     with transaction.atomic():
         locked = (
             Tenant.objects.select_for_update(skip_locked=not wait)
@@ -115,25 +125,35 @@ def audit_seal(*, tenant_id: int, limit: int = SEAL_BATCH, wait: bool = True) ->
         )
         if locked is None:
             return 0
-        head = (
-            AuditEvent.objects.filter(tenant_id=tenant_id, hash__isnull=False)
-            .order_by("-chain_seq")
-            .values_list("chain_seq", "hash")
-            .first()
-        )
-        seq, prev = head or (0, None)
-        rows = list(
-            AuditEvent.objects.filter(tenant_id=tenant_id, hash__isnull=True)
-            .order_by("pk")
-            .values(*auditchain.FIELDS)[:limit]
-        )
-        for row in rows:
+        seq, prev = chain_head(tenant_id=tenant_id)
+        sealed = 0
+        for row in _unsealed(tenant_id=tenant_id):
+            if not auditchain.writer_tag_valid(row):
+                continue  # not the console's: left for verify to report
             seq += 1
             row["chain_seq"] = seq
-            digest = auditchain.entry_hash(row, prev)
+            digest = auditchain.keyed_hash(row, prev)
             AuditEvent.objects.filter(pk=row["id"]).seal(chain_seq=seq, prev_hash=prev, hash=digest)
             prev = digest
-    return len(rows)
+            sealed += 1
+            if sealed == limit:
+                break
+    return sealed
+
+
+def _unsealed(*, tenant_id: int, chunk: int = SEAL_BATCH):
+    """The tenant's unsealed entries in id order, read in chunks."""
+    after = 0
+    while True:
+        rows = list(
+            AuditEvent.objects.filter(tenant_id=tenant_id, hash__isnull=True, pk__gt=after)
+            .order_by("pk")
+            .values(*auditchain.KEYED_FIELDS)[:chunk]
+        )
+        yield from rows
+        if len(rows) < chunk:
+            return
+        after = rows[-1]["id"]
 
 
 def audit_seal_due(*, now=None, limit: int = SEAL_BATCH) -> int:
@@ -155,36 +175,101 @@ def audit_seal_due(*, now=None, limit: int = SEAL_BATCH) -> int:
     return sealed
 
 
-def audit_verify(*, tenant) -> dict:
-    """Seal what is pending, then walk the tenant's chain: each entry's seq follows the one
-    before (no entry removed), its prev hash is that entry's hash, and its hash is that of
-    its content. `first_bad_id` is the first entry where one of these fails."""
-    audit_seal_due_for(tenant_id=tenant.pk)
-    entries, prev_seq, prev_hash = 0, 0, None
-    rows = (
-        AuditEvent.objects.filter(tenant=tenant, hash__isnull=False)
-        .order_by("chain_seq")
-        .values(*auditchain.FIELDS)
-    )
-    for row in rows.iterator(chunk_size=2000):
-        entries += 1
-        good = (
-            row["chain_seq"] == prev_seq + 1
-            and row["prev_hash"] == prev_hash
-            and row["hash"] == auditchain.entry_hash(row, prev_hash)
-        )
-        if not good:
-            return {"ok": False, "entries": entries, "first_bad_id": auditchain.wire_id(row["id"])}
-        prev_seq, prev_hash = row["chain_seq"], row["hash"]
-    return {"ok": True, "entries": entries, "first_bad_id": None}
-
-
 def audit_seal_due_for(*, tenant_id: int) -> None:
     try:
         while audit_seal(tenant_id=tenant_id) == SEAL_BATCH:
             pass
     except DatabaseError:
         log.warning("sealing tenant %s's audit entries failed; verifying what is sealed", tenant_id)
+
+
+def audit_verify(*, tenant) -> dict:
+    """Seal what the console wrote and is pending, then check the tenant's chain against its
+    signed checkpoints (console.services.auditcheckpoints): each entry's seq follows the one
+    before (`removed` otherwise), its prev hash is that entry's hash and its hash that of its
+    content (legacy SHA-256 before the checkpoints' `keyedFrom`, keyed after; `changed`),
+    each checkpoint's hash is that of the entry at its position (`rewritten`), no
+    checkpoint names a position beyond the head (`truncated`), and no row outside the chain
+    lacks the writer's tag (`inserted`). `first_bad_id`: the first entry where a check fails
+    (None when the chain's end is missing). An intact chain gets a fresh checkpoint (when
+    its head moved), which the answer carries."""
+    audit_seal_due_for(tenant_id=tenant.pk)
+    result = _walk(tenant)
+    checkpoint = None
+    if result["ok"]:
+        checkpoint = audit_checkpoint(tenant=tenant, by="verify", terms=result.pop("terms"))
+    result.pop("terms", None)
+    return {**result, "checkpoint": checkpoint_resource(checkpoint)}
+
+
+def _bad(entries: int, row: dict | None, reason: str) -> dict:
+    wire = auditchain.wire_id(row["id"], row["public_id"]) if row else None
+    return {"ok": False, "entries": entries, "first_bad_id": wire, "reason": reason}
+
+
+def _walk(tenant) -> dict:
+    latest = latest_checkpoint(tenant_id=tenant.pk)
+    if latest is not None and not checkpoint_valid(latest, tenant=tenant):
+        return _bad(0, None, "checkpoint_invalid")
+    terms = checkpoint_terms(latest)
+    pins: dict[int, list[tuple[int, str | None]]] = {}
+    for pk, position, head_hash in AuditCheckpoint.objects.filter(
+        tenant=tenant, position__gt=terms["pruned_through"]
+    ).values_list("pk", "position", "head_hash"):
+        pins.setdefault(position, []).append((pk, head_hash))
+    entries, prev_seq, prev_hash = 0, terms["pruned_through"], terms["pruned_hash"]
+    rows = (
+        AuditEvent.objects.filter(tenant=tenant, chain_seq__gt=prev_seq)
+        .order_by("chain_seq")
+        .values(*auditchain.KEYED_FIELDS)
+    )
+    for row in rows.iterator(chunk_size=2000):
+        entries += 1
+        if row["chain_seq"] != prev_seq + 1:
+            return _bad(entries, row, "removed")
+        if row["prev_hash"] != prev_hash or not _hash_holds(row, prev_hash, terms):
+            missing = latest is None and _legacy_holds(row, prev_hash)
+            return _bad(entries, row, "checkpoint_missing" if missing else "changed")
+        for pk, pinned in pins.pop(row["chain_seq"], ()):
+            if pinned != row["hash"]:
+                return _bad(entries, row, _pin_broken(pk, tenant, "rewritten"))
+        prev_seq, prev_hash = row["chain_seq"], row["hash"]
+    if pins:  # checkpoints beyond the head: its newest entries are gone
+        pk = pins[min(pins)][0][0]
+        return _bad(entries, None, _pin_broken(pk, tenant, "truncated"))
+    if (foreign := _first_foreign(tenant)) is not None:
+        return _bad(entries, foreign, "inserted")
+    return {"ok": True, "entries": entries, "first_bad_id": None, "reason": None, "terms": terms}
+
+
+def _legacy_holds(row: dict, prev_hash: str | None) -> bool:
+    return hmac.compare_digest(auditchain.entry_hash(row, prev_hash), row["hash"] or "")
+
+
+def _hash_holds(row: dict, prev_hash: str | None, terms: dict) -> bool:
+    if row["chain_seq"] < terms["keyed_from"]:
+        return _legacy_holds(row, prev_hash)
+    return auditchain.keyed_hash_valid(row, prev_hash)
+
+
+def _pin_broken(pk: int, tenant, reason: str) -> str:
+    """A checkpoint disagrees with the chain: `reason` when it is ours, else it is forged."""
+    checkpoint = AuditCheckpoint.objects.get(pk=pk)
+    return reason if checkpoint_valid(checkpoint, tenant=tenant) else "checkpoint_invalid"
+
+
+def _first_foreign(tenant) -> dict | None:
+    """The first row of the tenant outside its chain that the console did not write (an
+    unsealed row of ours is one committed since this verify sealed: not foreign)."""
+    rows = (
+        AuditEvent.objects.filter(tenant=tenant, chain_seq__isnull=True)
+        .order_by("pk")
+        .values(*auditchain.KEYED_FIELDS)
+    )
+    for row in rows.iterator(chunk_size=500):
+        if row["hash"] is not None or not auditchain.writer_tag_valid(row):
+            return row
+    return None
 
 
 # --- authz.refused ---

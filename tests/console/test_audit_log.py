@@ -74,8 +74,9 @@ def test_entries_are_sealed_in_order_into_a_per_tenant_chain(tenant_a, tenant_b)
     assert rows[0].prev_hash is None
     sealed_other = AuditEvent.objects.get(pk=other.pk)
     assert sealed_other.chain_seq == AuditEvent.objects.filter(tenant=tenant_b).count()
-    row = AuditEvent.objects.filter(pk=first[1].pk).values(*auditchain.FIELDS).get()
-    assert row["hash"] == auditchain.entry_hash(row, row["prev_hash"])  # SHA-256, recomputable
+    row = AuditEvent.objects.filter(pk=first[1].pk).values(*auditchain.KEYED_FIELDS).get()
+    assert row["hash"] == auditchain.keyed_hash(row, row["prev_hash"])  # keyed: not recomputable
+    assert row["hash"] != auditchain.entry_hash(row, row["prev_hash"])  # without the key
     assert audit_seal(tenant_id=tenant_a.pk) == 0  # nothing left; sealing twice changes nothing
 
 
@@ -91,10 +92,12 @@ def test_verify_is_ok_on_an_untouched_chain(tenant_a):
     for n in range(5):
         entry(tenant_a, n)
     result = audit_verify(tenant=tenant_a)
-    assert result == {
+    assert result | {"checkpoint": None} == {
         "ok": True,
         "entries": AuditEvent.objects.filter(tenant=tenant_a).count(),
         "first_bad_id": None,
+        "reason": None,
+        "checkpoint": None,
     }
 
 
@@ -115,7 +118,7 @@ def test_verify_names_the_first_entry_changed_behind_the_consoles_back(tenant_a)
             "UPDATE console_auditevent SET action = 'budget.created' WHERE id = %s", [made[2].pk]
         )
     result = audit_verify(tenant=tenant_a)
-    assert result["ok"] is False and result["first_bad_id"] == f"aud_{made[2].pk}"
+    assert result["ok"] is False and result["first_bad_id"] == made[2].wire_id
 
 
 def test_verify_notices_a_removed_entry(tenant_a):
@@ -125,7 +128,7 @@ def test_verify_notices_a_removed_entry(tenant_a):
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM console_auditevent WHERE id = %s", [made[1].pk])
     result = audit_verify(tenant=tenant_a)
-    assert result["ok"] is False and result["first_bad_id"] == f"aud_{made[2].pk}"
+    assert result["ok"] is False and result["first_bad_id"] == made[2].wire_id
 
 
 def test_no_orm_path_updates_or_deletes_an_entry(tenant_a):

@@ -30,7 +30,7 @@ def admin_client(client, admin_a):
 def test_the_page_shows_entries_with_before_and_after(admin_client, tenant_a, admin_a):
     made = put(tenant_a, 7, principal=admin_a, ip="203.0.113.8", user_agent="Firefox/1")
     page = admin_client.get("/manage/audit/").content.decode()
-    assert f'id="audit-aud_{made.pk}"' in page
+    assert f'id="audit-{made.wire_id}"' in page
     assert "budget.updated" in page and "bud_7" in page
     assert "<code>admin@a.example</code>" in page and "203.0.113.8" in page and "Firefox/1" in page
     row = page[page.index("<code>ceilingMinorUnits</code>") - 80 :]

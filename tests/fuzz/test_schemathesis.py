@@ -66,6 +66,12 @@ def console(tmp_path_factory):
         GAVEL_DEFAULT_RATE_BURST="100000",
         GAVEL_WEBHOOK_ALLOW_HTTP="1",
     )
+    # The schema's URL patterns make the fuzzer write webhook URLs and OIDC issuers the server
+    # then calls: the server inherits PYTHONPATH with tests/loopback_only (tests/conftest.py),
+    # so a generated host neither resolves nor is connected to; only loopback is reached.
+    assert "loopback_only" in live.env.get("PYTHONPATH", ""), (
+        "the fuzzed server must stay on loopback"
+    )
     live.provision()
     live.start()
     yield live
