@@ -10,7 +10,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 from django.utils import timezone
 
 from approvals.management.commands import expire_approvals
@@ -64,10 +64,16 @@ def within(seconds: float, work):
 
 
 def eventually(check, seconds: float = 10.0) -> bool:
+    """`check` true within `seconds`. On SQLite's shared in-memory test database a read that
+    meets the sweep thread's write answers "table is locked" at once (shared-cache locks do
+    not wait): that read is tried again, as a busy database's would be."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if check():
-            return True
+        try:
+            if check():
+                return True
+        except OperationalError:
+            pass
         time.sleep(0.05)
     return check()
 
