@@ -181,3 +181,83 @@ async def test_l5_a_session_has_at_most_its_cap_of_sockets_open_then_4429(
     assert refused is None
     for socket in (*held, extra, elsewhere):
         await socket.disconnect()
+
+
+# --- L8: held decision long-polls -------------------------------------------------------------
+
+
+def _held_run(tenant, run_id: str) -> tuple[dict, object]:
+    from tests.factories import ApprovalFactory, RunFactory
+
+    run = RunFactory(tenant=tenant, external_id=run_id)
+    approval = ApprovalFactory(run=run, tool_call_id=f"call_{run_id}")
+    return {"Authorization": f"Bearer {make_key(tenant, scopes=('ingest',))}"}, approval
+
+
+def _poll(headers, run_id: str, wait):
+    from django.test import AsyncClient
+
+    path = f"/api/v1/runs/{run_id}/decisions"
+    return asyncio.ensure_future(AsyncClient().get(path, {"wait": wait}, headers=headers))
+
+
+async def test_l8_a_tenant_holds_at_most_its_cap_of_waiting_polls_and_others_are_served(
+    settings, tenant_a, tenant_b, reviewer_a
+):
+    from django.test import AsyncClient
+
+    from approvals.services.decisions import approval_decide
+
+    settings.GAVEL_LONGPOLL_MAX_PER_TENANT = 3
+    headers_a, approval_a = await sync_to_async(_held_run)(tenant_a, "run_a")
+    headers_b, _ = await sync_to_async(_held_run)(tenant_b, "run_b")
+    await _poll(headers_a, "run_a", 0)  # warm the process up (URLconf, first connection)
+    held = [_poll(headers_a, "run_a", 20) for _ in range(3)]
+    await asyncio.sleep(1.0)
+    assert not any(poll.done() for poll in held)
+    started = asyncio.get_running_loop().time()
+    refused = await asyncio.wait_for(_poll(headers_a, "run_a", 20), 10)
+    assert refused.status_code == 429, refused.content
+    assert refused.json()["error"]["code"] == "too_many_waiting"
+    assert int(refused["Retry-After"]) >= 1
+    assert asyncio.get_running_loop().time() - started < 5  # answered, not held
+    # Not held, so not refused: wait=0 answers what there is.
+    assert (await _poll(headers_a, "run_a", 0)).status_code == 200
+    # Another tenant on the same process: its poll is held, its other requests served.
+    other = _poll(headers_b, "run_b", 2)
+    listed = await asyncio.wait_for(
+        AsyncClient().get("/api/v1/runs", {"limit": 1}, headers=headers_b), 10
+    )
+    assert listed.status_code == 200
+    assert [run["id"] for run in listed.json()["items"]] == ["run_b"]
+    assert (await asyncio.wait_for(other, 10)).status_code == 200
+    # The held ones answer the decision as before.
+    await sync_to_async(approval_decide)(approval=approval_a, viewer=reviewer_a, decision="deny")
+    for poll in held:
+        answer = (await asyncio.wait_for(poll, 10)).json()
+        assert [d["decision"] for d in answer["decisions"]] in (["denied"], [])
+        assert answer["complete"] is True
+
+
+async def test_l8_held_polls_reread_the_database_on_one_budget_of_the_process(
+    monkeypatch, tenant_a
+):
+    """Forty polls held for 4 s: each used to re-read every 0.5 s (9 reads); they now share
+    about 20 timer re-reads a second (woken by the channel layer for what matters)."""
+    from approvals import api
+
+    reads = []
+    answer = api.decisions_answer_async
+
+    async def counted(**kwargs):
+        reads.append(kwargs["run"].pk)
+        return await answer(**kwargs)
+
+    monkeypatch.setattr(api, "decisions_answer_async", counted)
+    headers, _ = await sync_to_async(_held_run)(tenant_a, "run_a")
+    await _poll(headers, "run_a", 0)
+    reads.clear()
+    polls = [_poll(headers, "run_a", 4) for _ in range(40)]
+    answers = await asyncio.wait_for(asyncio.gather(*polls), 60)
+    assert {response.status_code for response in answers} == {200}
+    assert len(reads) / len(polls) <= 5, f"{len(reads)} reads for {len(polls)} held polls"
