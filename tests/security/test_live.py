@@ -18,7 +18,7 @@ from django.test import Client
 from console import realtime
 from runs.models import Run
 from tests.conftest import ApiClient
-from tests.console.live import close_code, control, frames_until, hello, open_socket, session_for
+from tests.console.live import frames_until, hello, open_socket, session_for
 from tests.factories import PrincipalFactory, make_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
