@@ -122,7 +122,7 @@ def test_m4_a_chunked_body_is_refused_413_once_it_passes_the_limit(server):
     conn.close()
 
 
-def test_m4_bodies_within_the_limit_still_reach_the_application(server):
+def test_bodies_within_the_limit_still_reach_the_application(server):
     conn = _connect(server)
     body = json.dumps({"id": "r", "agentId": "a", "agentVersion": 1}).encode()
     head = (
@@ -180,7 +180,7 @@ def _one_response(conn) -> int:
     return status
 
 
-def test_l4_an_ordinary_request_on_a_kept_alive_connection_is_unaffected(server):
+def test_an_ordinary_request_on_a_kept_alive_connection_is_unaffected(server):
     conn = _connect(server)
     for _ in range(2):
         conn.sendall(b"GET /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
