@@ -14,8 +14,10 @@ its HTTP factory. Every connection's channel then
   is closed and what the client still sends is discarded for at most `LINGER_SECONDS` /
   `LINGER_BYTES` (so the client reads the 413 rather than a reset) before it is cut;
 - closes a connection whose request headers are not complete `GAVEL_HTTP_HEADER_TIMEOUT`
-  seconds after it opened (or after its previous response, kept alive), and one whose body is
-  not complete `GAVEL_HTTP_BODY_TIMEOUT` seconds after its headers.
+  seconds after it opened (on a kept-alive connection: after the next request's first byte;
+  an idle one keeps Twisted's idle timeout, 60 s, so a load balancer's pooled connection is
+  not closed under it sooner than before), and one whose body is not complete
+  `GAVEL_HTTP_BODY_TIMEOUT` seconds after its headers.
 
 WebSocket handshakes are requests like any other until daphne hands the connection over.
 HTTP/2 (TLS with ALPN only; daphne here serves plain HTTP behind the load balancer) keeps
@@ -66,13 +68,21 @@ class GuardedChannel(http.HTTPChannel):
     gavel_refused = False
     gavel_deadline = None
     gavel_lingered = 0
+    gavel_between = False  # kept alive after an answer: the next request's deadline is unset
 
     def connectionMade(self):
         super().connectionMade()
         self._arm(_setting("GAVEL_HTTP_HEADER_TIMEOUT"), "headers")
 
+    def dataReceived(self, data):
+        if self.gavel_between:  # the next request begins
+            self.gavel_between = False
+            self._arm(_setting("GAVEL_HTTP_HEADER_TIMEOUT"), "headers")
+        super().dataReceived(data)
+
     def allHeadersReceived(self):
         self._disarm()
+        self.gavel_between = False
         request = self.requests[-1]
         request.gavel_path = path = target_path(self._path)
         request.gavel_limit = limit = bodylimit.limit_for(path)
@@ -91,8 +101,7 @@ class GuardedChannel(http.HTTPChannel):
         super().allContentReceived()
 
     def requestDone(self, request):
-        if self.persistent:  # the next request's headers get the same time
-            self._arm(_setting("GAVEL_HTTP_HEADER_TIMEOUT"), "headers")
+        self.gavel_between = bool(self.persistent)  # (a pipelined request's bytes are in)
         super().requestDone(request)
 
     def connectionLost(self, reason):

@@ -139,8 +139,17 @@ def test_bodies_within_the_limit_still_reach_the_application(server):
     conn.close()
 
 
-def test_l4_a_connection_that_never_finishes_its_headers_is_closed_within_the_bound(server):
+@pytest.mark.parametrize("kept_alive", [False, True])
+def test_l4_a_connection_that_never_finishes_its_headers_is_closed_within_the_bound(
+    server, kept_alive
+):
     conn = _connect(server)
+    if kept_alive:  # an ordinary request first; the slow one follows on the same connection
+        conn.sendall(b"GET /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert _one_response(conn) == 200
+        time.sleep(HEADER_TIMEOUT + 0.5)  # idle between requests is not a slow request:
+        conn.sendall(b"GET /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert _one_response(conn) == 200  # still open (Twisted's idle timeout is 60 s)
     started = time.monotonic()
     conn.sendall(b"GET /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n")
     closed_at = None
