@@ -207,7 +207,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             groups = await database_sync_to_async(self._authorize)()
             self.slots = SocketSlots.take(principal_id=self.viewer.pk, session_key=self.session_key)
             if self.slots is None:
-                log.warning("socket refused: principal %s has too many open", self.viewer.pk)
+                log.info("socket refused: principal %s has too many open", self.viewer.pk)
                 raise Refused(CLOSE_TOO_MANY)
         except Refused as refused:
             await self.accept()  # then close: the browser sees the code and does not retry
