@@ -2,9 +2,13 @@
 (or a signed-in browser session with CSRF). Handlers only translate."""
 
 import asyncio
+import contextlib
+import random
+from collections import Counter
 from typing import Annotated, Any, Literal
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from ninja import Field, Query, Router
 from pydantic import ConfigDict, WithJsonSchema
 from pydantic.alias_generators import to_camel
@@ -18,15 +22,16 @@ from approvals.schemas import (
 )
 from approvals.selectors import approvals_list
 from approvals.services.decisions import UNSET, approval_decide, approvals_announce_delivered
-from approvals.services.delivery import DECISION_RECHECK_SECONDS, decisions_answer_async
+from approvals.services.delivery import decisions_answer_async, recheck_seconds
 from budgets.spend import run_costs
 from console import access, realtime
 from console.auth import browser_session, decide_auth, ingest_auth_held
 from console.db import released
-from console.errors import Invalid
+from console.errors import Invalid, RateLimited
 from console.schemas import CamelSchema, OptionalCursor, errors
 
 router = Router(tags=["approvals"])
+LONGPOLL_RETRY_AFTER = 2  # seconds a long-poll refused for its tenant's cap waits to read again
 
 
 class DecisionsOut(CamelSchema):
@@ -72,23 +77,68 @@ def _announce_later(*, run, approval_ids) -> None:
     task.add_done_callback(_background.discard)
 
 
+class HeldPolls:
+    """The decisions long-polls this process holds: per tenant (at most
+    GAVEL_LONGPOLL_MAX_PER_TENANT, so one tenant's runtimes cannot take a process from the
+    others) and in all (their timer re-reads share one budget: `recheck_seconds`)."""
+
+    by_tenant: Counter = Counter()
+    total = 0
+
+    @classmethod
+    def full(cls, tenant_id: int) -> bool:
+        return cls.by_tenant[tenant_id] >= settings.GAVEL_LONGPOLL_MAX_PER_TENANT
+
+    @classmethod
+    @contextlib.contextmanager
+    def holding(cls, tenant_id: int):
+        cls.by_tenant[tenant_id] += 1
+        cls.total += 1
+        try:
+            yield
+        finally:
+            cls.total -= 1
+            cls.by_tenant[tenant_id] -= 1
+            if cls.by_tenant[tenant_id] <= 0:
+                del cls.by_tenant[tenant_id]
+
+
+async def _answer_now(*, run, after, deliver: bool) -> tuple[dict | None, float]:
+    # Each read takes a connection and gives it back (to the pool): a held poll holds none
+    # while it sleeps.
+    answer = await decisions_answer_async(run=run, after=after, deliver=deliver)
+    if answer.body is not None:
+        _announce_later(run=run, approval_ids=answer.newly_delivered)
+    return answer.body, answer.recheck_in
+
+
 async def _wait_for_decisions(*, run, after, wait: float) -> dict:
     """Answer at once if there is something to say, else hold until a decision or an expiry
-    lands (woken through the channel layer), re-checking the database on a short timer."""
+    lands (woken through the channel layer), re-checking the database on a timer. A tenant
+    already holding its cap of polls here gets what there is to say, else a 429."""
+    if wait > 0 and HeldPolls.full(run.tenant_id):
+        body, _ = await _answer_now(run=run, after=after, deliver=False)
+        if body is not None:
+            return body
+        raise RateLimited(
+            "this tenant already holds as many waiting decision reads on this server as it "
+            "may; read again after Retry-After",
+            code="too_many_waiting",
+            retry_after=LONGPOLL_RETRY_AFTER,
+        )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     group = realtime.run_group(run.tenant_id, run.external_id)
-    async with realtime.wait_for(group) as woken:
-        while True:
-            final = loop.time() >= deadline
-            # Each read takes a connection and gives it back (to the pool): a held poll
-            # holds none while it sleeps.
-            answer = await decisions_answer_async(run=run, after=after, deliver=final)
-            if answer.body is not None:
-                _announce_later(run=run, approval_ids=answer.newly_delivered)
-                return answer.body
-            timeout = min(deadline - loop.time(), DECISION_RECHECK_SECONDS, answer.recheck_in)
-            await woken.wait(max(0.0, timeout))
+    with HeldPolls.holding(run.tenant_id):
+        async with realtime.wait_for(group) as woken:
+            while True:
+                final = loop.time() >= deadline
+                body, recheck_in = await _answer_now(run=run, after=after, deliver=final)
+                if body is not None:
+                    return body
+                recheck = recheck_seconds(HeldPolls.total) * random.uniform(0.8, 1.0)  # noqa: S311
+                timeout = min(deadline - loop.time(), recheck, recheck_in)
+                await woken.wait(max(0.0, timeout))
 
 
 @router.get(

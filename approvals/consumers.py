@@ -6,7 +6,6 @@ from __future__ import annotations
 from approvals import live, selectors
 from console import access, realtime
 from console.consumers import (
-    RENDERS,
     LiveConsumer,
     NavCountMixin,
     SharedResults,
@@ -41,13 +40,15 @@ class InboxConsumer(NavCountMixin, LiveConsumer):
         run_id, principal_id = message["run"], message.get("principal")
         allow_self = message.get("selfApproval")
         if allow_self is None:  # not in the message: ask once per process
-            principal_id, allow_self = await FACTS.get(("run", run_id), self._facts, run_id)
+            principal_id, allow_self = await self.shared(
+                FACTS, ("run", run_id), self._facts, run_id
+            )
         audience = card_audience(
             self.viewer, run_principal_id=principal_id, allow_self_approval=allow_self
         )
         filters = tuple(sorted(self.filters.items()))
         key = (message.get("id"), "inbox", nav_audience(self.viewer), audience, filters)
-        await self.push(await RENDERS.get(key, self._render, ids, change))
+        await self.push(await self.render(key, self._render, ids, change))
 
     def _facts(self, run_id):
         return live.run_facts(viewer=self.viewer, run_id=run_id)

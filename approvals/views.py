@@ -71,7 +71,7 @@ def _arguments(request, approval, decision):
         return UNSET
     try:
         value = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # not JSON, or nested too deeply to parse
         raise Invalid(f"the edited arguments are not valid JSON: {exc}") from None
     return UNSET if value == approval.arguments else value
 

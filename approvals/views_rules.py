@@ -35,7 +35,7 @@ def _value(raw: str):
     else the text itself (so `@acme.com` needs no quotes)."""
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply to parse
         return raw
 
 
@@ -45,7 +45,7 @@ def _examples(raw: str, where: str, problems: list) -> list:
     for n, line in enumerate(text for text in raw.splitlines() if text.strip()):
         try:
             out.append(json.loads(line))
-        except ValueError:
+        except (ValueError, RecursionError):
             problems.append(f"{where} example {n + 1} is not JSON: {line[:60]}")
     return out
 

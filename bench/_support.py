@@ -53,6 +53,10 @@ def server_env(**extra) -> dict:
         # The bench drives one key far past the default rate: give it room.
         GAVEL_DEFAULT_RATE_PER_MINUTE=env.get("GAVEL_DEFAULT_RATE_PER_MINUTE", "10000000"),
         GAVEL_DEFAULT_RATE_BURST=env.get("GAVEL_DEFAULT_RATE_BURST", "100000"),
+        # ...and its thousands of sockets of one signed-in reviewer, and its held polls.
+        GAVEL_WS_MAX_PER_PRINCIPAL=env.get("GAVEL_WS_MAX_PER_PRINCIPAL", "100000"),
+        GAVEL_WS_MAX_PER_SESSION=env.get("GAVEL_WS_MAX_PER_SESSION", "100000"),
+        GAVEL_LONGPOLL_MAX_PER_TENANT=env.get("GAVEL_LONGPOLL_MAX_PER_TENANT", "100000"),
     )
     env.update(extra)
     return env

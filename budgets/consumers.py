@@ -16,7 +16,6 @@ from budgets import live
 from budgets import selectors_pages as pages
 from console import access, realtime
 from console.consumers import (
-    RENDERS,
     LiveConsumer,
     NavCountMixin,
     SharedResults,
@@ -57,7 +56,7 @@ class BudgetsConsumer(NavCountMixin, LiveConsumer):
 
     async def send_state(self) -> None:
         key = ("budgets-state", *self.page_key(), nav_audience(self.viewer))
-        await self.push(await STATES.get(key, self._state))
+        await self.push(await self.shared(STATES, key, self._state))
         await self.control("hello")
 
     def _state(self) -> str:
@@ -73,7 +72,7 @@ class BudgetsConsumer(NavCountMixin, LiveConsumer):
             return
         days = tuple(message.get("days") or ())
         key = (message.get("id"), "budgets", *self.page_key())
-        await self.push(await RENDERS.get(key, self._changed, days))
+        await self.push(await self.render(key, self._changed, days))
 
     def _changed(self, days) -> str:
         return self._page(days=[date.fromisoformat(day) for day in days])
@@ -86,7 +85,7 @@ class BudgetsConsumer(NavCountMixin, LiveConsumer):
             await self.nav_count(message)
             return
         key = (message.get("id"), "budget-overrides", *self.page_key(), nav_audience(self.viewer))
-        await self.push(await RENDERS.get(key, self._overrides))
+        await self.push(await self.render(key, self._overrides))
 
     def _overrides(self) -> str:
         parts = ("budget-overrides",)

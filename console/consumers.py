@@ -20,7 +20,7 @@ import os
 import random
 import time
 import weakref
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from importlib import import_module
 from urllib.parse import parse_qs
 
@@ -39,6 +39,7 @@ from notifications.selectors import browser_calls, nav_unread_count_context
 log = logging.getLogger(__name__)
 CLOSE_DENIED = 4403  # anonymous, signed out, deactivated, missing capability
 CLOSE_NOT_FOUND = 4404  # another tenant's object, or none
+CLOSE_TOO_MANY = 4429  # the principal or the session already has its cap of sockets here
 RECHECK_SECONDS = float(os.environ.get("GAVEL_WS_RECHECK_SECONDS", "10"))
 RENDER_TTL = 10.0  # seconds a render stays shared between the sockets of one process
 LAYER_EVENTS = frozenset(
@@ -60,7 +61,11 @@ class Refused(Exception):
 
 class SharedResults:
     """Per event loop: one computation per key, awaited by every socket that asks within the
-    TTL (the render-once cache, and the de-duplicated re-checks)."""
+    TTL (the render-once cache, and the de-duplicated re-checks).
+
+    Every entry belongs to one tenant: `tenant` is a required argument and part of the key, so
+    two tenants' sockets never share a result, whatever else their keys hold (two tenants may
+    both hold a run `run_1`; a viewer's audience is "viewer" in every tenant)."""
 
     def __init__(self, ttl: float, limit: int = 4096):
         self.ttl = ttl
@@ -68,8 +73,12 @@ class SharedResults:
         self.computed = 0  # how many computations ran (tests and the bench read it)
         self._by_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    async def get(self, key, compute, *args):
-        """`compute(*args)` is sync (it reads the database): it runs in a worker thread."""
+    async def get(self, key, compute, *args, tenant: int):
+        """`compute(*args)` is sync (it reads the database): it runs in a worker thread.
+        `tenant`: the id of the tenant whose data `compute` reads (the socket's)."""
+        if not isinstance(tenant, int) or isinstance(tenant, bool):
+            raise TypeError(f"a shared result needs its tenant's id, not {tenant!r}")
+        key = (tenant, key)
         items = self._by_loop.setdefault(asyncio.get_running_loop(), OrderedDict())
         now = time.monotonic()
         hit = items.get(key)
@@ -91,6 +100,37 @@ def _failed(future) -> bool:
 
 RENDERS = SharedResults(RENDER_TTL)
 CHECKS = SharedResults(max(0.5, RECHECK_SECONDS / 2))
+
+
+class SocketSlots:
+    """The open sockets of each principal and of each session in this process (per event
+    loop), against GAVEL_WS_MAX_PER_PRINCIPAL and GAVEL_WS_MAX_PER_SESSION. Process-local: N
+    server processes allow N times the cap (docs/realtime.md)."""
+
+    _by_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def take(cls, *, principal_id: int, session_key: str | None) -> tuple | None:
+        """The slots taken (give them back with `give`), or None when a cap is reached."""
+        counts = cls._by_loop.setdefault(asyncio.get_running_loop(), Counter())
+        caps = {
+            ("principal", principal_id): settings.GAVEL_WS_MAX_PER_PRINCIPAL,
+            ("session", session_key): settings.GAVEL_WS_MAX_PER_SESSION,
+        }
+        slots = tuple(slot for slot in caps if slot[1] is not None)
+        if any(counts[slot] >= caps[slot] for slot in slots):
+            return None
+        counts.update(slots)
+        return slots
+
+    @classmethod
+    def give(cls, slots: tuple) -> None:
+        counts = cls._by_loop.get(asyncio.get_running_loop())
+        if counts is not None:
+            counts.subtract(slots)
+            for slot in slots:
+                if counts[slot] <= 0:
+                    del counts[slot]
 
 
 def oob(template: str, context: dict) -> str:
@@ -167,6 +207,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         auditchain.current_origin.set(origin(self.scope))  # for what the socket audits
         try:
             groups = await database_sync_to_async(self._authorize)()
+            self.slots = SocketSlots.take(principal_id=self.viewer.pk, session_key=self.session_key)
+            if self.slots is None:
+                log.info("socket refused: principal %s has too many open", self.viewer.pk)
+                raise Refused(CLOSE_TOO_MANY)
         except Refused as refused:
             await self.accept()  # then close: the browser sees the code and does not retry
             await self.close(code=refused.code)
@@ -252,6 +296,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         """The current state right after subscribing (nothing between page and socket lost)."""
 
     async def disconnect(self, code):
+        SocketSlots.give(self.__dict__.pop("slots", None) or ())
         task = getattr(self, "recheck", None)
         if task is not None:
             task.cancel()
@@ -303,15 +348,19 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.push("")
         await self.send(text_data=json.dumps({"live": kind, **facts}))
 
+    async def shared(self, cache: SharedResults, key, compute, *args):
+        """`cache.get` for this socket: the result is shared only with sockets of its tenant."""
+        return await cache.get(key, compute, *args, tenant=self.tenant_id)
+
     async def render(self, key, compute, *args) -> str:
-        return await RENDERS.get(key, compute, *args)
+        return await self.shared(RENDERS, key, compute, *args)
 
     async def notifications_updated(self, message):
         """Every page's bell: this principal's notifications were added or read."""
         if not self.first_time(message) or message.get("principal") != self.viewer.pk:
             return
         key = (message.get("id"), "bell", self.viewer.pk)
-        await self.push(await RENDERS.get(key, nav_unread_html, self.viewer))
+        await self.push(await self.render(key, nav_unread_html, self.viewer))
 
     # --- hygiene ---
 
@@ -334,7 +383,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         """Is the viewer still signed in, active and allowed? Closes the socket if not; else
         takes the fresh viewer (its roles may have changed, and with them the audience)."""
         key = ("check", type(self).__name__, self.session_key, self.check_key())
-        viewer = await CHECKS.get(key, self._check)
+        viewer = await self.shared(CHECKS, key, self._check)
         if viewer is None:
             await self.close(code=CLOSE_DENIED)
             return False
@@ -406,7 +455,7 @@ class NavCountMixin:
 
     async def nav_count(self, message):
         key = (message.get("id"), "nav", nav_audience(self.viewer))
-        await self.push(await RENDERS.get(key, nav_count_html, self.viewer))
+        await self.push(await self.render(key, nav_count_html, self.viewer))
 
     async def _handle(self, message):
         await super()._handle(message)
@@ -426,7 +475,7 @@ class NavCountMixin:
             notified.popitem(last=False)
         ids = tuple(message.get("approvals") or ())
         try:
-            calls = await RENDERS.get((mid, "calls", self.viewer.pk), _calls, self.viewer, ids)
+            calls = await self.render((mid, "calls", self.viewer.pk), _calls, self.viewer, ids)
             if calls:
                 await self.control("calls", calls=calls)
         except Exception:  # a hint: the inbox and the nav count carry the truth

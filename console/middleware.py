@@ -55,11 +55,15 @@ class ContentSecurityPolicyMiddleware(ResponseMiddleware):
 
 API_PREFIX = "/api/v1/"
 SCIM_PREFIX = "/scim/v2/"
+SCIM_ROOT = "/scim/"
 
 
 def _api_error_body(request, response):
     """Django's own 404 (no such route), ninja's bare 405 and Django's 500 page (an exception
-    outside an API operation, e.g. in a middleware) answer the contract's JSON body."""
+    outside an API operation, e.g. in a middleware) answer the contract's JSON body; under
+    /scim/, every error Django answers itself (its 400, 404 and 500 pages) answers SCIM's."""
+    if request.path.startswith(SCIM_ROOT):
+        return _scim_error_body(request, response)
     if not request.path.startswith(API_PREFIX) or response.status_code not in (404, 405, 500):
         return response
     if response.get("Content-Type", "").startswith("application/json"):
@@ -82,18 +86,46 @@ def _api_error_body(request, response):
     return new
 
 
-def _internal_error(request):
+def _scim_error_body(request, response):
+    """SCIM clients read SCIM's error shape (RFC 7644 3.12), whatever failed."""
+    kind = response.get("Content-Type", "")
+    if response.status_code < 400 or "json" in kind:
+        return response
+    from django.http import JsonResponse
+    from scim2_models import Error as ScimError
+
+    status = response.status_code
+    detail = {404: f"no SCIM endpoint at {request.path}"}.get(status, "the request is invalid")
+    rid = _logged_failure(request) if status >= 500 else None
+    if rid:
+        detail = f"the server failed to answer this request; it has been logged as {rid}"
+    body = ScimError(status=status, detail=detail).model_dump()
+    new = JsonResponse(body, status=status, content_type="application/scim+json")
+    for name in ("Allow", "Retry-After"):
+        if response.has_header(name):
+            new[name] = response[name]
+    if rid:
+        new["X-Request-Id"] = rid
+    return new
+
+
+def _logged_failure(request) -> str:
     """Django has logged the traceback ("Internal Server Error: <path>"); this line ties it to
     the request id the client is given."""
     import logging
     import uuid
 
-    from django.http import JsonResponse
-
     rid = "req_" + uuid.uuid4().hex
     logging.getLogger("console.api").error(
         "internal_error %s on %s %s (traceback above)", rid, request.method, request.path
     )
+    return rid
+
+
+def _internal_error(request):
+    from django.http import JsonResponse
+
+    rid = _logged_failure(request)
     body = {
         "code": "internal_error",
         "message": "the server failed to answer this request; it has been logged",

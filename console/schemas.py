@@ -131,8 +131,13 @@ def _not_json(constant: str):
 
 def strict_json(text: bytes | str):
     """JSON as RFC 8259 defines it: Python's parser also takes NaN and Infinity, which no JSON
-    column stores alike (PostgreSQL refuses them); here they are a ValueError."""
-    return json.loads(text, parse_constant=_not_json)
+    column stores alike (PostgreSQL refuses them); here they are a ValueError. So is a value
+    nested deeper than the parser's recursion allows (`[[[[…`), which Python raises as a
+    RecursionError."""
+    try:
+        return json.loads(text, parse_constant=_not_json)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 # --- the audit log (console/api_audit.py, and the /manage/audit/ page's filters) ---

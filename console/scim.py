@@ -32,6 +32,7 @@ from console import access
 from console import selectors_scim as selectors
 from console.auth import KeyAuth
 from console.errors import Conflict, GavelError, Invalid
+from console.schemas import strict_json
 from console.schemas_scim import CONFIG, MAX_RESULTS, POLICY, PROVIDER, ScimGroup, ScimUser
 from console.services import scim as services
 
@@ -104,8 +105,8 @@ def _only(request, *methods: str) -> None:
 
 def _raw(request) -> dict:
     try:
-        raw = json.loads(request.body or b"{}")
-    except ValueError:
+        raw = strict_json(request.body or b"{}")
+    except ValueError:  # not JSON, or nested deeper than the parser's recursion allows
         raise InvalidSyntaxException(detail="the body is not JSON") from None
     if not isinstance(raw, dict):
         raise InvalidSyntaxException(detail="the body must be a JSON object")

@@ -307,11 +307,22 @@ STATICFILES_FINDERS = [
 BULMA_SETTINGS = {"extensions": [], "output_style": "compressed"}
 WHITENOISE_AUTOREFRESH = DEBUG
 
-# The API's body limit (the contract's 413 default: 2 MiB).
+# The API's body limit (the contract's 413 default: 2 MiB), and every other path's (pages,
+# sign-in, SCIM, Slack). Both are enforced before a body is read (console/bodylimit.py);
+# Django's own check stays behind them.
 GAVEL_MAX_BODY_BYTES = env_int("GAVEL_MAX_BODY_BYTES", 2 * 1024 * 1024, minimum=1024)
-DATA_UPLOAD_MAX_MEMORY_SIZE = GAVEL_MAX_BODY_BYTES
+GAVEL_MAX_FORM_BODY_BYTES = env_int("GAVEL_MAX_FORM_BODY_BYTES", 1024 * 1024, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(GAVEL_MAX_BODY_BYTES, GAVEL_MAX_FORM_BODY_BYTES)
 GAVEL_DEFAULT_RATE_PER_MINUTE = env_int("GAVEL_DEFAULT_RATE_PER_MINUTE", 6000, minimum=1)
 GAVEL_DEFAULT_RATE_BURST = env_int("GAVEL_DEFAULT_RATE_BURST", 500, minimum=1)
+# Abuse bounds of one server process (docs/api.md "Limits", docs/realtime.md): open sockets
+# per principal and per session (close 4429); held decision long-polls per tenant (429
+# beyond); how long a connection may take to send its request's headers, and its body.
+GAVEL_WS_MAX_PER_PRINCIPAL = env_int("GAVEL_WS_MAX_PER_PRINCIPAL", 50, minimum=1)
+GAVEL_WS_MAX_PER_SESSION = env_int("GAVEL_WS_MAX_PER_SESSION", 30, minimum=1)
+GAVEL_LONGPOLL_MAX_PER_TENANT = env_int("GAVEL_LONGPOLL_MAX_PER_TENANT", 200, minimum=1)
+GAVEL_HTTP_HEADER_TIMEOUT = env_int("GAVEL_HTTP_HEADER_TIMEOUT", 20, minimum=1)
+GAVEL_HTTP_BODY_TIMEOUT = env_int("GAVEL_HTTP_BODY_TIMEOUT", 120, minimum=1)
 
 # Outgoing mail (sent after commit by the outbox thread and the sweep, never in a request).
 _EMAIL = env_email("EMAIL_URL")

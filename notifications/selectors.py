@@ -33,7 +33,7 @@ def cursor_decode(cursor: str, *, path: str = "query.cursor") -> tuple[datetime,
         if not isinstance(pk, int) or isinstance(pk, bool) or at.tzinfo is None:
             raise ValueError
         cursor_pk(pk)
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, RecursionError):
         raise Invalid(
             "the cursor is not one this server issued",
             code="validation_error",

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from console import access, realtime
 from console.consumers import (
-    RENDERS,
     LiveConsumer,
     NavCountMixin,
     SharedResults,
@@ -49,7 +48,7 @@ class RunConsumer(NavCountMixin, LiveConsumer):
         client_seq = int(raw) if raw.isdigit() else None
         behind = client_seq  # the state differs only by whether the page is behind
         key = ("run-state", self.run_id, self.audience, behind)
-        html, self.seq = await STATES.get(key, self._state, client_seq)
+        html, self.seq = await self.shared(STATES, key, self._state, client_seq)
         await self.push(html)
         await self.control("hello", seq=self.seq)
 
@@ -70,7 +69,7 @@ class RunConsumer(NavCountMixin, LiveConsumer):
         self.seq = max(self.seq, seq)
         key = (message.get("id"), self.audience, since)
         what = tuple(message.get("what") or ())
-        html = await RENDERS.get(key, self._update, since, seq, what)
+        html = await self.render(key, self._update, since, seq, what)
         await self.push(html)  # one frame per event: no separate seq frame to fan out
 
     def _update(self, since, seq, what):
@@ -86,7 +85,7 @@ class RunConsumer(NavCountMixin, LiveConsumer):
             return
         key = (message.get("id"), "run-approvals", self.audience, nav_audience(self.viewer))
         ids, change = tuple(message.get("approvals") or ()), message.get("change", "")
-        await self.push(await RENDERS.get(key, self._approvals, ids, change))
+        await self.push(await self.render(key, self._approvals, ids, change))
 
     def _approvals(self, ids, change):
         cards = live.run_approvals_html(
@@ -126,7 +125,7 @@ class RunListConsumer(NavCountMixin, LiveConsumer):
             return
         insert = self.inserts and "created" in (message.get("what") or ())
         key = (message.get("id"), "row", insert)
-        await self.push(await RENDERS.get(key, self._row, message["run"], insert))
+        await self.push(await self.render(key, self._row, message["run"], insert))
 
     def _row(self, run_id, insert):
         return live.row_html(viewer=self.viewer, run_id=run_id, insert=insert)
@@ -135,7 +134,7 @@ class RunListConsumer(NavCountMixin, LiveConsumer):
         if not self.first_time(message):
             return
         key = (message.get("id"), "row+nav", nav_audience(self.viewer))
-        await self.push(await RENDERS.get(key, self._row_and_count, message["run"]))
+        await self.push(await self.render(key, self._row_and_count, message["run"]))
 
     def _row_and_count(self, run_id):
         return nav_count_html(self.viewer) + self._row(run_id, False)

@@ -104,7 +104,7 @@ def cursor_decode(cursor: str) -> tuple[datetime, int]:
         if not isinstance(pk, int) or started_at.tzinfo is None:
             raise ValueError
         cursor_pk(pk)
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, RecursionError):
         raise Invalid(
             "the cursor is not one this server issued",
             code="validation_error",

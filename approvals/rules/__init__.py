@@ -27,6 +27,7 @@ from approvals.rules.conditions import (
     HUMAN_ONLY_TOOLS,
     MAX_CONDITIONS,
     MAX_EXAMPLES,
+    MAX_VALUE_DEPTH,
     MISSING,
     OPS,
     RuleInvalid,
@@ -36,6 +37,7 @@ from approvals.rules.conditions import (
     glob_escape,
     kind,
     matcher,
+    nested_deeper,
     path_parts,
     resolve,
     same,
@@ -330,6 +332,10 @@ def examples_problems(spec: RuleSpec, examples) -> list[dict]:
             )
             continue
         for i, arguments in enumerate(items):
+            if nested_deeper(arguments):
+                message = f"arguments nest lists and objects at most {MAX_VALUE_DEPTH} deep"
+                problems.append({"path": f"examples.{name}.{i}", "message": message})
+                continue
             why = rule.conditions_failure(arguments)
             if should_match and why is not None:
                 problems.append(

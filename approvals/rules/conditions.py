@@ -16,6 +16,7 @@ MAX_PATH_PARTS = 32
 MAX_TEXT_CHARS = 1000  # a string value (startsWith, glob...)
 MAX_IN_VALUES = 1000
 MAX_EXAMPLES = 20  # per list (match, noMatch)
+MAX_VALUE_DEPTH = 32  # lists and objects inside one another in a value or an example
 # Calls only people decide: a budget override is its leads' (contract: "not by tool globs").
 HUMAN_ONLY_TOOLS = frozenset({"budget.override"})
 
@@ -93,6 +94,20 @@ def kind(value) -> str:
     return type(value).__name__
 
 
+def nested_deeper(value, limit: int = MAX_VALUE_DEPTH) -> bool:
+    """Whether lists and objects sit more than `limit` deep in `value` (walked without
+    recursion: a value nested thousands deep is an answer, not a RecursionError)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, list | dict):
+            if depth >= limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def shown(value, limit: int = 80) -> str:
     """A value in a failure reason: strings in single quotes, anything else as JSON."""
     if isinstance(value, str):
@@ -148,6 +163,8 @@ def _value_problem(op: str, condition: dict) -> str | None:
         return None if value is None else f"'{op}' takes no value"
     if not has_value:
         return f"'{op}' needs a value"
+    if nested_deeper(value):
+        return f"a value nests lists and objects at most {MAX_VALUE_DEPTH} deep"
     if op in _STRING_OPS and not isinstance(value, str):
         return f"'{op}' needs a string value, not {kind(value)}"
     if op in _STRING_OPS and len(value) > MAX_TEXT_CHARS:

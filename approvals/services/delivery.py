@@ -22,8 +22,20 @@ from console.db import released
 
 log = logging.getLogger(__name__)
 
-DECISION_RECHECK_SECONDS = 0.5  # the long-poll re-reads the database this often (lost wakes)
+# A held long-poll is woken through the channel layer; it also re-reads the database on a timer
+# (a lost wake only delays). The timer's reads are a budget of the process, shared by every
+# held poll: each re-reads every held / RECHECKS_PER_SECOND seconds, within these bounds.
+DECISION_RECHECK_SECONDS = 0.5  # the shortest interval (few polls held)
+DECISION_RECHECK_MAX_SECONDS = 10.0  # the longest (many polls held)
+RECHECKS_PER_SECOND = 20  # timer re-reads of all held polls of a process, per second
 NO_EXPIRY_SECONDS = 3600.0
+
+
+def recheck_seconds(held: int) -> float:
+    """How long a held poll sleeps before its next timer re-read when `held` polls are held
+    in this process."""
+    share = held / RECHECKS_PER_SECOND
+    return min(DECISION_RECHECK_MAX_SECONDS, max(DECISION_RECHECK_SECONDS, share))
 
 
 @dataclass(frozen=True)

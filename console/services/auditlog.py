@@ -24,6 +24,21 @@ log = logging.getLogger(__name__)
 
 REFUSAL_WINDOW = timedelta(seconds=60)  # at most one authz.refused per actor and path
 SEAL_BATCH = 500
+MAX_DEPTH = 64  # lists and objects kept inside one another in an entry's data, before, after
+CUT = "(nested too deeply to record)"
+
+
+def _bounded(value, depth: int = 0):
+    """`value` with any list or object nested deeper than MAX_DEPTH replaced by CUT: an entry
+    is always written, stored and hashed (JSON encoders recurse, and a hostile value could be
+    nested thousands deep), and a rolled-back change is never the price of its audit row."""
+    if isinstance(value, dict | list | tuple) and depth >= MAX_DEPTH:
+        return CUT
+    if isinstance(value, dict):
+        return {key: _bounded(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_bounded(item, depth + 1) for item in value]
+    return value
 
 
 def _origin() -> tuple[str | None, str | None]:
@@ -73,9 +88,9 @@ def audit(
         action=action,
         object_type=object_type,
         object_id=str(object_id),
-        data=data,
-        before=before,
-        after=after,
+        data=_bounded(data),
+        before=_bounded(before),
+        after=_bounded(after),
         actor_principal=principal,
         actor_key=key,
         actor_rule=_rule_id(rule),

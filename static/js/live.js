@@ -96,8 +96,9 @@
 
   document.addEventListener("htmx:wsClose", function (event) {
     var code = event.detail && event.detail.event ? event.detail.event.code : 0;
-    // 4403/4404: refused (signed out, no access); the ws extension does not retry these.
-    if (code === 4403 || code === 4404 || code === 1000) status("offline", "offline");
+    // 4403/4404: refused (signed out, no access); 4429: too many sockets open for this
+    // person. The ws extension does not retry these.
+    if (code === 4403 || code === 4404 || code === 4429 || code === 1000) status("offline", "offline");
     else status("reconnecting…", "reconnecting");
   });
 
