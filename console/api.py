@@ -33,6 +33,7 @@ from console.api_oidc import router as oidc_router
 from console.errors import DatabaseUnavailable, GavelError
 from console.schemas import strict_json, unstorable_text
 from console.services.auditlog import audit_refused
+from gateway.api import router as mcp_router
 from notifications.api import router as notifications_router
 from runs.api import router as runs_router
 from runs.api_state import router as runs_state_router
@@ -422,3 +423,4 @@ api.add_router("/", directory_router)  # principals, roles, teams (admin)
 api.add_router("/", keys_router)  # API keys, tenant settings (admin)
 api.add_router("/", audit_router)  # the audit log (admin)
 api.add_router("/", oidc_router)  # single sign-on settings (admin)
+api.add_router("/", mcp_router)  # upstream MCP servers of the gateway (admin)

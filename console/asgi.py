@@ -16,12 +16,13 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from console import serving, wsframes  # noqa: E402
 from console.bodylimit import BodyLimit  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
+from gateway.asgi import mount as mcp_beside  # noqa: E402
 
 serving.install()  # under daphne: its HTTP edge bounded (a no-op under any other server)
 
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimit(django_asgi_app),
+        "http": BodyLimit(mcp_beside(django_asgi_app)),  # /mcp/{name}: gateway/asgi.py
         # wsframes.capture: live frames go straight to daphne's transport (console/wsframes.py)
         "websocket": wsframes.capture(
             AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))

@@ -13,9 +13,9 @@ CAPABILITIES = ("view_runs", "decide", "view_budgets", "manage_budgets", "manage
 # `ingest`: write runs, read decisions; `decide`: decide as the bound principal; `manage`: the
 # management API, acting as the bound principal (under its roles' capabilities).
 # `scim`: SCIM 2.0 provisioning (/scim/v2/), bound to no principal.
-SCOPES = ("ingest", "decide", "manage", "scim")
+SCOPES = ("ingest", "decide", "manage", "scim", "mcp")
 # Scopes that make a key act as a principal: such a key is always bound to one.
-PRINCIPAL_SCOPES = ("decide", "manage")
+PRINCIPAL_SCOPES = ("decide", "manage", "mcp")  # mcp: the gateway (gateway/)
 
 # Every new tenant gets these (the contract's defaults). `admin` implies every capability.
 DEFAULT_ROLES = {

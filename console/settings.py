@@ -213,6 +213,7 @@ INSTALLED_APPS = [
     "approvals",
     "notifications",
     "budgets",
+    "gateway",  # the MCP gateway (/mcp/{name}: gateway/asgi.py)
 ]
 
 # Django's own middleware through console.middleware: the same classes, with hooks that run on
@@ -365,6 +366,12 @@ GAVEL_OUTBOUND_PER_TENANT = env_int("GAVEL_OUTBOUND_PER_TENANT", 4, minimum=1)
 # localhost; never private or link-local ranges). GAVEL_WEBHOOK_ALLOW_HTTP allows it for
 # webhooks and Slack responses, GAVEL_OIDC_ALLOW_HTTP for OpenID providers.
 GAVEL_OUTBOUND_ALLOW_LOOPBACK = env_bool("GAVEL_OUTBOUND_ALLOW_LOOPBACK", False)
+# The MCP gateway (docs/mcp.md): http:// upstreams (and loopback) only for development and
+# tests; progress notifications to a waiting client at least this often (the contract: 15 s);
+# each upstream request bounded by this deadline.
+GAVEL_MCP_ALLOW_HTTP = env_bool("GAVEL_MCP_ALLOW_HTTP", False)
+GAVEL_MCP_PROGRESS_SECONDS = env_int("GAVEL_MCP_PROGRESS_SECONDS", 10, minimum=1)
+GAVEL_MCP_UPSTREAM_DEADLINE_SECONDS = env_int("GAVEL_MCP_UPSTREAM_DEADLINE_SECONDS", 60, minimum=1)
 # The key that encrypts stored secrets (a tenant's OIDC client secret): a Fernet key
 # (32 url-safe base64 bytes); unset, one is derived from SECRET_KEY (console/crypto.py).
 GAVEL_ENCRYPTION_KEY = os.environ.get("GAVEL_ENCRYPTION_KEY", "")

@@ -1,0 +1,336 @@
+"""`/mcp/{name}`: the MCP gateway's edge, mounted beside Django in console/asgi.py.
+
+The official SDK speaks the protocol (its Streamable HTTP transport and low-level `Server`, in
+its stateless mode: nothing of a session lives in this process). The gateway keeps the session
+itself, in the database (gateway.models.McpSession): `initialize` opens one (and its Gavel
+run) and its answer carries `Mcp-Session-Id`; a later request with that id continues it on
+any server process; `DELETE` ends it. Before the SDK sees a request: the key (`mcp` scope,
+401/403/429 as for the API), the server (404 outside the key's tenant), the session (404 when
+unknown, ended, or another principal's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+
+from console.auth import PrincipalKeyAuth
+from console.db import released
+from console.errors import Forbidden, GavelError, NotFound, RateLimited
+from gateway import flow, records, upstream
+from gateway.access import server_for
+
+log = logging.getLogger(__name__)
+PREFIX = "/mcp/"
+SESSION_HEADER = b"mcp-session-id"
+SCOPE_KEY = "gavel.mcp"
+_key_auth = PrincipalKeyAuth("mcp")
+
+
+@dataclass
+class Caller:
+    """Who a gateway request is for, resolved at the edge (handed to the SDK's handlers in the
+    ASGI scope)."""
+
+    server: object
+    key: object
+    headers: dict
+    session: object = None
+    opened: list = field(default_factory=list)
+
+    async def the_session(self, protocol_version: str = ""):
+        """The request's session: its `Mcp-Session-Id`'s; else the `X-Gavel-Run-Id` value's
+        (one run per value); else a new one for this request."""
+        if self.session is None:
+            run_id = self.headers.get("x-gavel-run-id")
+            public = None
+            if run_id:
+                public = (
+                    "run-"
+                    + records.canonical(
+                        [self.server.tenant_id, self.server.pk, self.key.principal_id, run_id]
+                    )[:40]
+                )
+            self.session = await released(records.session_open)(
+                server=self.server,
+                key=self.key,
+                agent_id=self.headers.get("x-gavel-agent") or self.key.name,
+                conversation_id=self.headers.get("x-gavel-conversation") or None,
+                protocol_version=protocol_version,
+                run_id=run_id,
+                public_id=public,
+            )
+        return self.session
+
+
+def _caller(ctx) -> Caller:
+    return ctx.request.scope[SCOPE_KEY]
+
+
+# --- the SDK's handlers: pass through, except tools/call ---
+
+
+async def _list_tools(ctx, params):
+    caller = _caller(ctx)
+    return await upstream.request(caller.server, lambda s: s.list_tools(params=params))
+
+
+async def _call_tool(ctx, params: types.CallToolRequestParams):
+    caller = _caller(ctx)
+    session = await caller.the_session(ctx.protocol_version)
+    meta = ctx.meta or {}
+    token = meta.get("progress_token", meta.get("progressToken"))
+    progress = None
+    if token is not None:
+
+        async def progress(ticks: int, message: str) -> None:
+            await ctx.session.send_progress_notification(token, float(ticks), None, message)
+
+    return await flow.call_tool(
+        session=session,
+        key=caller.key,
+        tool=params.name,
+        arguments=params.arguments,
+        progress=progress,
+    )
+
+
+async def _list_resources(ctx, params):
+    return await upstream.request(_caller(ctx).server, lambda s: s.list_resources(params=params))
+
+
+async def _list_resource_templates(ctx, params):
+    return await upstream.request(
+        _caller(ctx).server, lambda s: s.list_resource_templates(params=params)
+    )
+
+
+async def _read_resource(ctx, params):
+    return await upstream.request(_caller(ctx).server, lambda s: s.read_resource(params.uri))
+
+
+async def _list_prompts(ctx, params):
+    return await upstream.request(_caller(ctx).server, lambda s: s.list_prompts(params=params))
+
+
+async def _get_prompt(ctx, params):
+    return await upstream.request(
+        _caller(ctx).server, lambda s: s.get_prompt(params.name, params.arguments)
+    )
+
+
+def _server() -> Server:
+    return Server(
+        "gavel-mcp-gateway",
+        version="1.2",
+        instructions="Tool calls through this gateway may wait for a human reviewer.",
+        on_list_tools=_list_tools,
+        on_call_tool=_call_tool,
+        on_list_resources=_list_resources,
+        on_list_resource_templates=_list_resource_templates,
+        on_read_resource=_read_resource,
+        on_list_prompts=_list_prompts,
+        on_get_prompt=_get_prompt,
+    )
+
+
+class Gateway:
+    """The ASGI app of `/mcp/{name}` (one per process; the SDK's manager started on first use:
+    daphne runs no ASGI lifespan)."""
+
+    def __init__(self):
+        self._manager: StreamableHTTPSessionManager | None = None
+        self._started: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+
+    async def _ensure(self) -> StreamableHTTPSessionManager:
+        if self._started is None:
+            self._started = asyncio.Event()
+            # Origin/Host are checked by ALLOWED_HOSTS-like rules at the edge: every request
+            # carries a Bearer key (never ambient credentials), so DNS rebinding gains nothing.
+            security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+            self._manager = StreamableHTTPSessionManager(
+                _server(), stateless=True, security_settings=security
+            )
+            self._task = asyncio.get_running_loop().create_task(self._run(self._manager))
+        await self._started.wait()
+        return self._manager
+
+    async def _run(self, manager) -> None:
+        async with manager.run():
+            self._started.set()
+            await asyncio.Event().wait()  # for the life of the process
+
+    async def __call__(self, scope, receive, send):
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        name = scope["path"][len(PREFIX) :].strip("/")
+        try:
+            key = await released(_authenticate)(headers.get("authorization", ""))
+            server = await released(server_for)(
+                tenant_id=key.tenant_id, name=name, active_only=True
+            )
+        except GavelError as exc:
+            await _error(send, exc)
+            return
+        body = await _read_body(receive)
+        caller = Caller(server=server, key=key, headers=headers)
+        session_id = headers.get("mcp-session-id")
+        if session_id:
+            session = await released(records.session_find)(
+                server=server, key=key, public_id=session_id
+            )
+            if session is None:
+                await _error(send, NotFound("no such MCP session", code="session_not_found"))
+                return
+            caller.session = session
+            if scope["method"] == "DELETE":
+                await released(records.session_close)(session=session)
+                await _plain(send, 200, b"")
+                return
+        elif _is_initialize(body):
+            version = _initialize_version(body)
+            caller.session = await caller.the_session(version)
+        if scope["method"] == "DELETE":
+            await _plain(send, 200, b"")
+            return
+        manager = await self._ensure()
+        scope = dict(scope)
+        scope[SCOPE_KEY] = caller
+        await manager.handle_request(scope, _replay(body, receive), _with_session(send, caller))
+
+
+def _authenticate(header: str):
+    scheme, _, token = header.partition(" ")
+    request = SimpleNamespace()
+    key = None
+    if scheme.lower() == "bearer" and token.strip():
+        key = _key_auth.authenticate(request, token.strip())
+    if key is None:
+        raise _Unauthorized()
+    return key
+
+
+class _Unauthorized(GavelError):
+    status = 401
+
+    def __init__(self):
+        super().__init__("a valid API key of the `mcp` scope is required", code="unauthorized")
+
+
+def _status(exc: GavelError) -> int:
+    if isinstance(exc, _Unauthorized):
+        return 401
+    if isinstance(exc, Forbidden):
+        return 403
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, RateLimited):
+        return 429
+    return 400
+
+
+async def _error(send, exc: GavelError) -> None:
+    status = _status(exc)
+    body = json.dumps({"error": {"code": exc.code, "message": exc.message}}).encode()
+    extra = []
+    if status == 401:
+        extra.append((b"www-authenticate", b"Bearer"))
+    if isinstance(exc, RateLimited):
+        extra.append((b"retry-after", str(math.ceil(exc.retry_after)).encode()))
+    await _plain(send, status, body, extra, kind=b"application/json")
+
+
+async def _plain(send, status, body: bytes, extra=(), kind=b"text/plain") -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", kind),
+                (b"content-length", str(len(body)).encode()),
+                *extra,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _read_body(receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive_more):
+    """The body already read, then the connection's own messages (its disconnect)."""
+    sent = False
+
+    async def receive():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive_more()
+
+    return receive
+
+
+def _parsed(body: bytes):
+    try:
+        return json.loads(body) if body else None
+    except ValueError:
+        return None
+
+
+def _is_initialize(body: bytes) -> bool:
+    message = _parsed(body)
+    return isinstance(message, dict) and message.get("method") == "initialize"
+
+
+def _initialize_version(body: bytes) -> str:
+    params = (_parsed(body) or {}).get("params") or {}
+    version = params.get("protocolVersion")
+    return version if isinstance(version, str) else ""
+
+
+def _with_session(send, caller: Caller):
+    """The answer carries the session's id (the gateway's, not the SDK's: it is stateless)."""
+
+    async def wrapped(message):
+        if message["type"] == "http.response.start" and caller.session is not None:
+            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != SESSION_HEADER]
+            headers.append((SESSION_HEADER, caller.session.public_id.encode()))
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return wrapped
+
+
+gateway = Gateway()
+
+
+def mount(django_app):
+    """HTTP under /mcp/ to the gateway, the rest to Django."""
+
+    async def app(scope, receive, send):
+        if scope["type"] == "http" and scope["path"].startswith(PREFIX):
+            await gateway(scope, receive, send)
+            return
+        await django_app(scope, receive, send)
+
+    return app

@@ -1,0 +1,191 @@
+"""One `tools/call` through the gateway, from the client's request to its result:
+
+1. recorded (the step and, unless the call passes, its held call) before anything else;
+2. ungated calls (read-only with `passReadOnly`, or a rule's approval) go upstream at once;
+3. a held call waits for its decision, woken through the channel layer by a decision made on
+   any server process (the held decisions long-poll's wake-up, console/realtime.py), with a
+   database re-read on a timer so a lost wake only delays; progress notifications meanwhile
+   when the client asked for them;
+4. approved: claimed (at most once) and sent upstream with the reviewer's arguments; denied or
+   expired: `isError` with the message the model reads; not decided within `holdSeconds`:
+   `isError` saying to call again with the same arguments (the same call attaches).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+
+from django.conf import settings
+from mcp_types import CallToolResult, TextContent
+
+from approvals.models import ApprovalStatus
+from approvals.services.delivery import recheck_seconds
+from console import realtime
+from console.db import released
+from gateway import records, upstream
+from gateway.models import CallState, McpServer, McpSession
+
+log = logging.getLogger(__name__)
+FINISH_WAIT_SECONDS = 0.25  # how often an attached caller re-reads a result another sends
+
+
+@dataclass
+class Waiting:
+    """How many calls this process holds (their timer re-reads share one budget)."""
+
+    held = 0
+
+
+def _text_result(text: str) -> dict:
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+def _as_result(body: dict) -> CallToolResult:
+    return CallToolResult.model_validate(body)
+
+
+def held_text(*, approval_id: str, server: str, tool: str, hold: int) -> str:
+    return (
+        f"`{tool}` on `{server}` is waiting for a reviewer (approval {approval_id}); it was not "
+        f"decided within {hold} s. Call `{tool}` again with the same arguments to wait for the "
+        f"decision: the same call is not asked again."
+    )
+
+
+async def _read_only(server: McpServer, tool: str) -> bool:
+    if not server.pass_read_only:
+        return False
+    try:
+        tools = await upstream.tools_of(server)
+    except upstream.UpstreamError:
+        return False
+    found = tools.get(tool)
+    annotations = getattr(found, "annotations", None)
+    return bool(annotations is not None and getattr(annotations, "read_only_hint", None) is True)
+
+
+async def call_tool(
+    *, session: McpSession, key, tool: str, arguments, progress=None
+) -> CallToolResult:
+    server = session.server
+    gated = not await _read_only(server, tool)
+    begun = await released(records.call_begin)(
+        session=session, tool=tool, arguments=arguments, gated=gated
+    )
+    call = begun.call
+    if not gated:
+        return await _forward(call=call, key=key, arguments=arguments)
+    return await _await_decision(call=call, key=key, server=server, tool=tool, progress=progress)
+
+
+async def _await_decision(*, call, key, server, tool, progress) -> CallToolResult:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    deadline = started + server.hold_seconds
+    every = settings.GAVEL_MCP_PROGRESS_SECONDS
+    next_progress = started + every
+    ticks = 0
+    group = realtime.run_group(call.tenant_id, call.session.run.external_id)
+    Waiting.held += 1
+    try:
+        async with realtime.wait_for(group) as woken:
+            while True:
+                call = await released(records.call_look)(call=call)
+                approval = call.approval
+                if call.state in (CallState.DONE, CallState.REFUSED):
+                    return _as_result(call.result)
+                if call.state == CallState.FORWARDING:
+                    return await _result_of(call=call, deadline=deadline)
+                if approval is None or approval.status == ApprovalStatus.CANCELLED:
+                    return _as_result(_text_result(f"`{tool}` on `{server.name}` was cancelled."))
+                if approval.status == ApprovalStatus.APPROVED:
+                    args = approval.decided_arguments
+                    return await _forward(
+                        call=call, key=key, arguments=call.arguments if args is None else args
+                    )
+                if approval.status in (ApprovalStatus.DENIED, ApprovalStatus.EXPIRED):
+                    body = _text_result(
+                        approval.message or records.refusal_for(server=server.name, tool=tool)
+                    )
+                    await released(records.call_finish)(
+                        call=call, result=body, key=key, forwarded=False
+                    )
+                    fresh = await released(records.call_result)(call=call)
+                    return _as_result(fresh.result or body)
+                now = loop.time()
+                if now >= deadline:
+                    return _as_result(
+                        _text_result(
+                            held_text(
+                                approval_id=approval.public_id,
+                                server=server.name,
+                                tool=tool,
+                                hold=server.hold_seconds,
+                            )
+                        )
+                    )
+                if progress is not None and now >= next_progress:
+                    ticks += 1
+                    await progress(ticks, f"waiting for a reviewer (approval {approval.public_id})")
+                    next_progress = now + every
+                until_expiry = (approval.expires_at.timestamp() - _wall()) + 0.01
+                recheck = recheck_seconds(Waiting.held) * random.uniform(0.8, 1.0)  # noqa: S311
+                timeout = min(
+                    deadline - now,
+                    next_progress - now if progress else recheck,
+                    recheck,
+                    max(0.0, until_expiry),
+                )
+                await woken.wait(max(0.0, timeout))
+    finally:
+        Waiting.held -= 1
+
+
+def _wall() -> float:
+    import time
+
+    return time.time()
+
+
+async def _forward(*, call, key, arguments) -> CallToolResult:
+    """Send the call upstream if this caller wins the claim; else wait for the winner's result."""
+    claimed = await released(records.call_claim)(call=call)
+    if not claimed:
+        loop = asyncio.get_running_loop()
+        return await _result_of(call=call, deadline=loop.time() + call.server.hold_seconds)
+    try:
+        result = await upstream.request(
+            call.server,
+            lambda s: s.call_tool(call.tool, arguments if arguments is not None else {}),
+        )
+        body = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    except upstream.UpstreamError as exc:
+        body = _text_result(f"the MCP server `{call.server.name}` could not be reached: {exc}")
+    except Exception as exc:  # the upstream's own JSON-RPC error
+        message = getattr(getattr(exc, "error", None), "message", None) or type(exc).__name__
+        body = _text_result(f"`{call.tool}` on `{call.server.name}` failed: {message}")
+    await released(records.call_finish)(call=call, result=body, key=key, forwarded=True)
+    return _as_result(body)
+
+
+async def _result_of(*, call, deadline: float) -> CallToolResult:
+    """Another caller sends this call upstream: its recorded result, once there."""
+    loop = asyncio.get_running_loop()
+    while True:
+        fresh = await released(records.call_result)(call=call)
+        if fresh.state in (CallState.DONE, CallState.REFUSED) and fresh.result is not None:
+            return _as_result(fresh.result)
+        if loop.time() >= deadline:
+            return _as_result(
+                _text_result(
+                    f"`{call.tool}` on `{call.server.name}` is on its way to the server; call it "
+                    f"again with the same arguments for its result."
+                )
+            )
+        await asyncio.sleep(FINISH_WAIT_SECONDS)
+
+
+__all__ = ["call_tool", "TextContent"]

@@ -1,0 +1,95 @@
+"""The MCP gateway's rows: a tenant's upstream servers, the MCP sessions clients open through
+the gateway (in the database, so any server process continues one), and each `tools/call`
+(its held approval, its canonical arguments for re-attachment, whether it went upstream)."""
+
+import secrets
+
+from django.db import models
+from django.utils import timezone
+
+from approvals.models import Approval
+from console.models import ApiKey, Principal, Tenant
+from runs.models import Run
+
+
+class Transport(models.TextChoices):
+    HTTP = "http"
+    STDIO = "stdio"  # the operator's only (create_mcp_server --stdio), never a tenant's
+
+
+class McpServer(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="mcp_servers")
+    name = models.CharField(max_length=40)  # [a-z0-9-]{1,40}, unique in the tenant
+    transport = models.CharField(max_length=8, choices=Transport.choices, default=Transport.HTTP)
+    url = models.TextField(blank=True)
+    # {"Header": "value"} as JSON, Fernet-encrypted (console/crypto.py); write-only on the wire
+    headers_encrypted = models.TextField(blank=True)
+    header_names = models.JSONField(default=list)  # what the console may show
+    command = models.JSONField(default=list)  # stdio: [COMMAND, ARG, ...]
+    pass_read_only = models.BooleanField(default=False)
+    hold_seconds = models.PositiveIntegerField(default=240)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="mcp_server_name_unique")
+        ]
+        ordering = ["name"]
+
+    def __str__(self):
+        return f"{self.name} ({self.transport})"
+
+
+def new_session_id() -> str:
+    return secrets.token_hex(16)
+
+
+class McpSession(models.Model):
+    """One MCP session (`Mcp-Session-Id`) = one Gavel run."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="sessions")
+    public_id = models.CharField(max_length=64, unique=True, default=new_session_id)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    principal = models.ForeignKey(Principal, on_delete=models.CASCADE, related_name="+")
+    key = models.ForeignKey(ApiKey, null=True, on_delete=models.SET_NULL, related_name="+")
+    protocol_version = models.CharField(max_length=32, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+
+class CallState(models.TextChoices):
+    HELD = "held"  # recorded; waiting for (or holding) its decision
+    FORWARDING = "forwarding"  # claimed: on its way upstream (at most once)
+    DONE = "done"  # the upstream's result (or the refusal) is recorded
+    REFUSED = "refused"  # denied or expired: nothing went upstream
+
+
+class McpCall(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    session = models.ForeignKey(McpSession, on_delete=models.CASCADE, related_name="calls")
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="calls")
+    principal = models.ForeignKey(Principal, on_delete=models.CASCADE, related_name="+")
+    tool = models.CharField(max_length=255)
+    canonical = models.CharField(max_length=64)  # sha256 of the canonical arguments
+    arguments = models.JSONField(null=True, blank=True)
+    step = models.PositiveIntegerField()
+    tool_call_id = models.CharField(max_length=64)
+    approval = models.OneToOneField(
+        Approval, null=True, blank=True, on_delete=models.SET_NULL, related_name="mcp_call"
+    )
+    state = models.CharField(max_length=12, choices=CallState.choices, default=CallState.HELD)
+    result = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    forwarded_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["server", "principal", "tool", "canonical", "state"],
+                name="mcp_call_attach",
+            )
+        ]
