@@ -1,0 +1,337 @@
+"""The MCP gateway driven by the official `mcp` client (ClientSession over Streamable HTTP)
+against a live daphne, in front of a real MCP server (the SDK's MCPServer) over http and stdio.
+Each test uses its own tool arguments, so held calls of different tests never attach to each
+other."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+
+import httpx
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from tests.gateway.live import (
+    Balancer,
+    Console,
+    daphne,
+    env_for,
+    manage,
+    mcp_client,
+    provision,
+    upstream_http,
+)
+
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mcp")
+    env = env_for(tmp, redis=True)
+    live = Console(env=env, count_file=tmp / "upstream-writes.txt")
+    provision(live)
+    with upstream_http(env, tmp / "upstream.log") as upstream, daphne(env, tmp / "a.log") as url:
+        live.upstream_url, live.urls = upstream, [url]
+        with live.api("manage") as api:
+            made = api.post("/api/v1/mcp/servers", json={"name": "files", "url": upstream,
+                                                         "headers": {"X-Upstream-Token": "s3"}})
+            assert made.status_code == 201, made.text
+        yield live
+
+
+def mcp_url(console: Console, name: str, base: str | None = None) -> str:
+    return f"{base or console.url}/mcp/{name}"
+
+
+async def pending_for(console: Console, tool: str, arguments: dict, base=None) -> dict:
+    """The pending approval of this call, once the gateway has recorded it."""
+    async with httpx.AsyncClient(
+        base_url=base or console.url,
+        headers={"Authorization": f"Bearer {console.keys['decide']}"}, timeout=30,
+    ) as client:
+        for _ in range(300):
+            page = (await client.get("/api/v1/approvals", params={"status": "pending"})).json()
+            for item in page["items"]:
+                if item["toolName"] == tool and item["arguments"] == arguments:
+                    return item
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"no pending approval for {tool} {arguments}")
+
+
+async def decide(console, approval_id, decision, base=None, **body) -> dict:
+    async with httpx.AsyncClient(
+        base_url=base or console.url,
+        headers={"Authorization": f"Bearer {console.keys['decide']}"}, timeout=30,
+    ) as client:
+        answer = await client.post(
+            f"/api/v1/approvals/{approval_id}/decision", json={"decision": decision, **body}
+        )
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+
+def text_of(result) -> str:
+    return result.content[0].text
+
+
+def audit_actions(console: Console, object_id: str) -> list[str]:
+    with console.api("manage") as api:
+        page = api.get("/api/v1/audit", params={"objectType": "mcp_call", "objectId": object_id})
+        assert page.status_code == 200, page.text
+        return [entry["action"] for entry in page.json()["items"]]
+
+
+@pytest.mark.parametrize("server", ["files", "files-stdio"])
+async def test_tools_resources_and_prompts_pass_through(console, server):
+    async with mcp_client(mcp_url(console, server), console.keys["mcp"]) as session:
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        assert set(tools) == {"read_file", "write_file", "echo"}
+        assert tools["read_file"].annotations.read_only_hint is True
+        resources = (await session.list_resources()).resources
+        assert [str(r.uri) for r in resources] == ["file:///readme"]
+        read = await session.read_resource("file:///readme")
+        assert read.contents[0].text == "the readme"
+        prompts = (await session.list_prompts()).prompts
+        assert [p.name for p in prompts] == ["review"]
+        prompt = await session.get_prompt("review", {"topic": "the diff"})
+        assert "the diff" in prompt.messages[0].content.text
+
+
+@pytest.mark.parametrize("server", ["files", "files-stdio"])
+async def test_a_held_call_approved_with_edits_runs_upstream_once_with_the_edits(console, server):
+    tag = uuid.uuid4().hex[:8]
+    asked = {"path": f"/tmp/{tag}", "content": "draft"}
+    edited = {"path": f"/tmp/{tag}-edited", "content": "final"}
+    async with mcp_client(mcp_url(console, server), console.keys["mcp"]) as session:
+        call = asyncio.create_task(session.call_tool("write_file", asked))
+        approval = await pending_for(console, f"{server}.write_file", asked)
+        assert approval["reason"] == f"`write_file` on `{server}` waits for a reviewer"
+        assert not call.done()
+        await decide(console, approval["id"], "approve", arguments=edited)
+        result = await asyncio.wait_for(call, 30)
+    assert result.is_error is False
+    assert text_of(result) == f"wrote 5 bytes to /tmp/{tag}-edited"
+    if server == "files":  # the http upstream counts into the file (stdio: its own env)
+        assert [w for w in console.writes() if tag in w] == [f"write_file /tmp/{tag}-edited final"]
+    with console.api("decide") as api:
+        decided = api.get(f"/api/v1/approvals/{approval['id']}").json()
+    assert decided["status"] == "approved"
+    assert audit_actions(console, decided["toolCallId"]) == ["mcp.call.forwarded"]
+
+
+async def test_a_held_call_approved_as_asked(console):
+    tag = uuid.uuid4().hex[:8]
+    asked = {"path": f"/tmp/{tag}", "content": "abc"}
+    async with mcp_client(mcp_url(console, "files"), console.keys["mcp"]) as session:
+        call = asyncio.create_task(session.call_tool("write_file", asked))
+        approval = await pending_for(console, "files.write_file", asked)
+        await decide(console, approval["id"], "approve")
+        result = await asyncio.wait_for(call, 30)
+    assert text_of(result) == f"wrote 3 bytes to /tmp/{tag}"
+    assert [w for w in console.writes() if tag in w] == [f"write_file /tmp/{tag} abc"]
+
+
+async def test_a_denied_call_answers_is_error_with_the_message_and_never_runs(console):
+    tag = uuid.uuid4().hex[:8]
+    asked = {"path": f"/etc/{tag}", "content": "x"}
+    async with mcp_client(mcp_url(console, "files"), console.keys["mcp"]) as session:
+        call = asyncio.create_task(session.call_tool("write_file", asked))
+        approval = await pending_for(console, "files.write_file", asked)
+        await decide(console, approval["id"], "deny", message="Not in /etc, use /tmp.")
+        result = await asyncio.wait_for(call, 30)
+    assert result.is_error is True
+    assert text_of(result) == "Not in /etc, use /tmp."
+    assert [w for w in console.writes() if tag in w] == []
+    assert audit_actions(console, approval["toolCallId"]) == ["mcp.call.refused"]
+
+
+async def test_an_expired_call_answers_is_error_and_never_runs(console):
+    tag = uuid.uuid4().hex[:8]
+    asked = {"path": f"/tmp/{tag}", "content": "late"}
+    async with mcp_client(mcp_url(console, "files"), console.keys["mcp"]) as session:
+        call = asyncio.create_task(session.call_tool("write_file", asked))
+        approval = await pending_for(console, "files.write_file", asked)
+        # time passes: the approval's expiry is now (the gateway's re-read expires it)
+        manage(console.env, "shell", "-c",
+               "from approvals.models import Approval; from django.utils import timezone; "
+               f"Approval.objects.filter(public_id='{approval['id']}')"
+               ".update(expires_at=timezone.now())")  # fmt: skip
+        result = await asyncio.wait_for(call, 60)
+    assert result.is_error is True
+    assert text_of(result) == "A reviewer did not allow `write_file` on `files`. Do not call it again unchanged."
+    assert [w for w in console.writes() if tag in w] == []
+    with console.api("decide") as api:
+        assert api.get(f"/api/v1/approvals/{approval['id']}").json()["status"] == "expired"
+
+
+async def test_a_rule_decides_without_a_human(console):
+    with console.api("manage") as api:
+        rule = api.post("/api/v1/rules", json={
+            "name": "echo is fine", "effect": "approve", "toolPattern": "files.echo"})
+        assert rule.status_code == 201, rule.text
+    try:
+        async with mcp_client(mcp_url(console, "files"), console.keys["mcp"]) as session:
+            result = await asyncio.wait_for(session.call_tool("echo", {"text": "hi"}), 30)
+        assert result.is_error is False and text_of(result) == "hi"
+        with console.api("decide") as api:
+            approvals = api.get("/api/v1/approvals", params={"status": "approved"}).json()
+        mine = [a for a in approvals["items"] if a["toolName"] == "files.echo"]
+        assert mine and mine[0]["decidedByRule"] == rule.json()["id"]
+    finally:
+        with console.api("manage") as api:
+            api.delete(f"/api/v1/rules/{rule.json()['id']}")
+
+
+async def test_pass_read_only_passes_read_only_tools_and_holds_the_rest(console):
+    with console.api("manage") as api:
+        made = api.post("/api/v1/mcp/servers", json={
+            "name": "files-ro", "url": console.upstream_url, "passReadOnly": True,
+            "holdSeconds": 1})
+        assert made.status_code == 201, made.text
+    async with mcp_client(mcp_url(console, "files-ro"), console.keys["mcp"]) as session:
+        read = await asyncio.wait_for(session.call_tool("read_file", {"path": "/ro"}), 30)
+        assert read.is_error is False and text_of(read) == "contents of /ro"
+        held = await asyncio.wait_for(
+            session.call_tool("write_file", {"path": "/ro", "content": "no"}), 30
+        )
+        assert held.is_error is True and "call `write_file` again" in text_of(held).lower()
+    with console.api("decide") as api:
+        items = api.get("/api/v1/approvals", params={"status": "pending"}).json()["items"]
+    assert not [a for a in items if a["toolName"] == "files-ro.read_file"]  # never asked
+    assert audit_actions(console, "")[:0] == []  # the audit query accepts an empty filter
+
+
+async def test_the_bounded_hold_says_call_again_and_the_same_call_attaches(console):
+    with console.api("manage") as api:
+        made = api.post("/api/v1/mcp/servers", json={
+            "name": "files-short", "url": console.upstream_url, "holdSeconds": 1})
+        assert made.status_code == 201, made.text
+    tag = uuid.uuid4().hex[:8]
+    asked = {"path": f"/tmp/{tag}", "content": "once"}
+    reordered = {"content": "once", "path": f"/tmp/{tag}"}  # the same canonical arguments
+    async with mcp_client(mcp_url(console, "files-short"), console.keys["mcp"]) as session:
+        first = await asyncio.wait_for(session.call_tool("write_file", asked), 30)
+        assert first.is_error is True
+        approval = await pending_for(console, "files-short.write_file", asked)
+        assert approval["id"] in text_of(first)
+        assert "again with the same arguments" in text_of(first)
+        second = await asyncio.wait_for(session.call_tool("write_file", reordered), 30)
+        assert second.is_error is True and approval["id"] in text_of(second)
+        await decide(console, approval["id"], "approve")
+    # a new session (a client that restarted): the approved, unused call attaches
+    async with mcp_client(mcp_url(console, "files-short"), console.keys["mcp"]) as session:
+        third = await asyncio.wait_for(session.call_tool("write_file", asked), 30)
+        assert third.is_error is False and text_of(third) == f"wrote 4 bytes to /tmp/{tag}"
+        # used now: the same call again is a new call, held again
+        fourth = await asyncio.wait_for(session.call_tool("write_file", asked), 30)
+        assert fourth.is_error is True and approval["id"] not in text_of(fourth)
+    assert [w for w in console.writes() if tag in w] == [f"write_file /tmp/{tag} once"]
+    with console.api("decide") as api:
+        items = api.get("/api/v1/approvals", params={"limit": 200}).json()["items"]
+    assert len([a for a in items if a["toolName"] == "files-short.write_file"
+                and a["arguments"] == asked]) == 2  # fmt: skip
+
+
+async def test_progress_notifications_while_a_call_waits(console):
+    tag = uuid.uuid4().hex[:8]
+    asked = {"path": f"/tmp/{tag}", "content": "p"}
+    seen: list[tuple] = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, message))
+
+    async with mcp_client(mcp_url(console, "files"), console.keys["mcp"]) as session:
+        call = asyncio.create_task(
+            session.call_tool("write_file", asked, progress_callback=on_progress)
+        )
+        approval = await pending_for(console, "files.write_file", asked)
+        for _ in range(100):  # GAVEL_MCP_PROGRESS_SECONDS=1 in these tests
+            if len(seen) >= 2:
+                break
+            await asyncio.sleep(0.1)
+        await decide(console, approval["id"], "approve")
+        result = await asyncio.wait_for(call, 30)
+    assert result.is_error is False
+    assert len(seen) >= 2 and seen[0][0] < seen[1][0]
+    assert approval["id"] in seen[0][1]
+
+
+def _post(url: str, key: str | None, session_id: str | None = None) -> httpx.Response:
+    headers = {"Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json"}  # fmt: skip
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    if session_id:
+        headers["Mcp-Session-Id"] = session_id
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    return httpx.post(url, json=body, headers=headers, timeout=30)
+
+
+def test_wrong_keys_scopes_tenants_and_sessions_are_refused(console):
+    url = mcp_url(console, "files")
+    assert _post(url, None).status_code == 401
+    assert _post(url, "gvl_not-a-key").status_code == 401
+    assert _post(url, console.keys["ingest"]).status_code == 403  # no `mcp` scope
+    assert _post(url, console.keys["manage"]).status_code == 403
+    assert _post(url, console.keys["other_mcp"]).status_code == 404  # another tenant's server
+    assert _post(mcp_url(console, "nope"), console.keys["mcp"]).status_code == 404
+    assert _post(url, console.keys["mcp"], session_id="0" * 32).status_code == 404
+    assert _post(url, console.keys["mcp"]).status_code == 200
+
+
+def test_the_management_api(console):
+    with console.api("manage") as api:
+        made = api.post("/api/v1/mcp/servers", json={
+            "name": "crm", "url": "https://crm.example/mcp", "headers": {"Authorization": "x"}})
+        assert made.status_code == 201, made.text
+        body = made.json()
+        assert body["headerNames"] == ["Authorization"] and "headers" not in body
+        assert body["passReadOnly"] is False and body["holdSeconds"] == 240
+        assert api.post("/api/v1/mcp/servers", json={
+            "name": "crm", "url": "https://crm.example/mcp"}).status_code == 409
+        for bad in ({"name": "Bad Name", "url": "https://x.example/"},
+                    {"name": "intra", "url": "https://10.0.0.1/mcp"},
+                    {"name": "local", "url": "stdio", "transport": "stdio"},
+                    {"name": "typo", "url": "https://x.example/", "passReadonly": True}):
+            assert api.post("/api/v1/mcp/servers", json=bad).status_code == 422, bad
+        patched = api.patch("/api/v1/mcp/servers/crm", json={"active": False, "holdSeconds": 30})
+        assert patched.status_code == 200 and patched.json()["active"] is False
+        names = [s["name"] for s in api.get("/api/v1/mcp/servers").json()["items"]]
+        assert "crm" in names and "files-stdio" in names
+        assert api.delete("/api/v1/mcp/servers/crm").status_code == 204
+        assert api.get("/api/v1/mcp/servers/crm").status_code == 404
+    with console.api("mcp") as api:
+        assert api.get("/api/v1/mcp/servers").status_code == 403
+    with console.api("other_mcp") as api:
+        assert api.get("/api/v1/mcp/servers/files").status_code == 403
+
+
+@pytest.mark.postgres
+async def test_a_session_continues_on_a_second_daphne_and_a_decision_there_wakes_it(
+    console, tmp_path
+):
+    if not console.env.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):
+        pytest.skip("needs PostgreSQL: set DATABASE_URL=postgres://... (and REDIS_URL)")
+    if not console.env.get("REDIS_URL"):
+        pytest.skip("needs Redis for the channel layer: set REDIS_URL")
+    tag = uuid.uuid4().hex[:8]
+    asked = {"path": f"/tmp/{tag}", "content": "lb"}
+    with daphne(console.env, tmp_path / "b.log") as url_b:
+        balancer = Balancer(console.url, url_b, first=2)  # initialize (+ initialized) on A
+        async with mcp_client(
+            mcp_url(console, "files"), console.keys["mcp"], transport=balancer
+        ) as session:
+            call = asyncio.create_task(session.call_tool("write_file", asked))
+            approval = await pending_for(console, "files.write_file", asked, base=url_b)
+            await decide(console, approval["id"], "approve")  # through A
+            result = await asyncio.wait_for(call, 30)
+        ports = balancer.seen
+    assert result.is_error is False
+    assert ports[0] != ports[-1] and len(set(ports)) == 2
+    assert [w for w in console.writes() if tag in w] == [f"write_file /tmp/{tag} lb"]
+
+
+def test_mcp_error_type_is_importable():
+    assert issubclass(MCPError, Exception) and os.sep
