@@ -93,7 +93,10 @@ async def _call_tool(ctx, params: types.CallToolRequestParams):
     if token is not None:
 
         async def progress(ticks: int, message: str) -> None:
-            await ctx.session.send_progress_notification(token, float(ticks), None, message)
+            # on this request's own stream (a stateless gateway has no standalone stream)
+            await ctx.session.send_progress_notification(
+                token, float(ticks), None, message, related_request_id=ctx.request_id
+            )
 
     return await flow.call_tool(
         session=session,

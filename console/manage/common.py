@@ -13,6 +13,7 @@ MANAGE_TABS = [
     ("teams", "Teams"),
     ("keys", "API keys"),
     ("webhooks", "Webhooks"),
+    ("mcp", "MCP servers"),
     ("settings", "Settings"),
     ("audit", "Audit log"),
 ]

@@ -2,6 +2,7 @@ from django.urls import path
 
 from console import views
 from console.manage import views_audit, views_directory, views_keys, views_oidc
+from gateway import views as gateway_views
 
 urlpatterns = [
     path("manage/", views.manage, name="manage"),
@@ -9,4 +10,5 @@ urlpatterns = [
     *views_keys.urlpatterns,
     *views_audit.urlpatterns,
     *views_oidc.urlpatterns,  # single sign-on settings
+    *gateway_views.urlpatterns,  # upstream MCP servers of the gateway
 ]

@@ -94,7 +94,8 @@ class Console:
 
     def api(self, key: str, base: str | None = None) -> httpx.Client:
         return httpx.Client(
-            base_url=base or self.url, headers={"Authorization": f"Bearer {self.keys[key]}"},
+            base_url=base or self.url,
+            headers={"Authorization": f"Bearer {self.keys[key]}"},
             timeout=30,
         )
 
@@ -138,15 +139,17 @@ def provision(console: Console) -> None:
 @contextlib.asynccontextmanager
 async def mcp_client(url: str, key: str, *, headers: dict | None = None, transport=None):
     """The official client: ClientSession over Streamable HTTP, initialized."""
-    async with httpx2.AsyncClient(
-        headers={"Authorization": f"Bearer {key}", **(headers or {})},
-        timeout=60,
-        transport=transport,
-    ) as http:
-        async with streamable_http_client(url, http_client=http) as streams:
-            async with ClientSession(streams[0], streams[1]) as session:
-                await session.initialize()
-                yield session
+    async with (
+        httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {key}", **(headers or {})},
+            timeout=60,
+            transport=transport,
+        ) as http,
+        streamable_http_client(url, http_client=http) as streams,
+        ClientSession(streams[0], streams[1]) as session,
+    ):
+        await session.initialize()
+        yield session
 
 
 class Balancer(httpx2.AsyncBaseTransport):

@@ -25,7 +25,6 @@ from tests.gateway.live import (
 )
 
 
-
 @pytest.fixture(scope="module")
 def console(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mcp")
@@ -35,8 +34,10 @@ def console(tmp_path_factory):
     with upstream_http(env, tmp / "upstream.log") as upstream, daphne(env, tmp / "a.log") as url:
         live.upstream_url, live.urls = upstream, [url]
         with live.api("manage") as api:
-            made = api.post("/api/v1/mcp/servers", json={"name": "files", "url": upstream,
-                                                         "headers": {"X-Upstream-Token": "s3"}})
+            made = api.post(
+                "/api/v1/mcp/servers",
+                json={"name": "files", "url": upstream, "headers": {"X-Upstream-Token": "s3"}},
+            )
             assert made.status_code == 201, made.text
         yield live
 
@@ -49,7 +50,8 @@ async def pending_for(console: Console, tool: str, arguments: dict, base=None) -
     """The pending approval of this call, once the gateway has recorded it."""
     async with httpx.AsyncClient(
         base_url=base or console.url,
-        headers={"Authorization": f"Bearer {console.keys['decide']}"}, timeout=30,
+        headers={"Authorization": f"Bearer {console.keys['decide']}"},
+        timeout=30,
     ) as client:
         for _ in range(300):
             page = (await client.get("/api/v1/approvals", params={"status": "pending"})).json()
@@ -63,7 +65,8 @@ async def pending_for(console: Console, tool: str, arguments: dict, base=None) -
 async def decide(console, approval_id, decision, base=None, **body) -> dict:
     async with httpx.AsyncClient(
         base_url=base or console.url,
-        headers={"Authorization": f"Bearer {console.keys['decide']}"}, timeout=30,
+        headers={"Authorization": f"Bearer {console.keys['decide']}"},
+        timeout=30,
     ) as client:
         answer = await client.post(
             f"/api/v1/approvals/{approval_id}/decision", json={"decision": decision, **body}
@@ -102,8 +105,8 @@ async def test_tools_resources_and_prompts_pass_through(console, server):
 @pytest.mark.parametrize("server", ["files", "files-stdio"])
 async def test_a_held_call_approved_with_edits_runs_upstream_once_with_the_edits(console, server):
     tag = uuid.uuid4().hex[:8]
-    asked = {"path": f"/tmp/{tag}", "content": "draft"}
-    edited = {"path": f"/tmp/{tag}-edited", "content": "final"}
+    asked = {"path": f"/srv/{tag}", "content": "draft"}
+    edited = {"path": f"/srv/{tag}-edited", "content": "final"}
     async with mcp_client(mcp_url(console, server), console.keys["mcp"]) as session:
         call = asyncio.create_task(session.call_tool("write_file", asked))
         approval = await pending_for(console, f"{server}.write_file", asked)
@@ -112,9 +115,9 @@ async def test_a_held_call_approved_with_edits_runs_upstream_once_with_the_edits
         await decide(console, approval["id"], "approve", arguments=edited)
         result = await asyncio.wait_for(call, 30)
     assert result.is_error is False
-    assert text_of(result) == f"wrote 5 bytes to /tmp/{tag}-edited"
+    assert text_of(result) == f"wrote 5 bytes to /srv/{tag}-edited"
     if server == "files":  # the http upstream counts into the file (stdio: its own env)
-        assert [w for w in console.writes() if tag in w] == [f"write_file /tmp/{tag}-edited final"]
+        assert [w for w in console.writes() if tag in w] == [f"write_file /srv/{tag}-edited final"]
     with console.api("decide") as api:
         decided = api.get(f"/api/v1/approvals/{approval['id']}").json()
     assert decided["status"] == "approved"
@@ -123,14 +126,14 @@ async def test_a_held_call_approved_with_edits_runs_upstream_once_with_the_edits
 
 async def test_a_held_call_approved_as_asked(console):
     tag = uuid.uuid4().hex[:8]
-    asked = {"path": f"/tmp/{tag}", "content": "abc"}
+    asked = {"path": f"/srv/{tag}", "content": "abc"}
     async with mcp_client(mcp_url(console, "files"), console.keys["mcp"]) as session:
         call = asyncio.create_task(session.call_tool("write_file", asked))
         approval = await pending_for(console, "files.write_file", asked)
         await decide(console, approval["id"], "approve")
         result = await asyncio.wait_for(call, 30)
-    assert text_of(result) == f"wrote 3 bytes to /tmp/{tag}"
-    assert [w for w in console.writes() if tag in w] == [f"write_file /tmp/{tag} abc"]
+    assert text_of(result) == f"wrote 3 bytes to /srv/{tag}"
+    assert [w for w in console.writes() if tag in w] == [f"write_file /srv/{tag} abc"]
 
 
 async def test_a_denied_call_answers_is_error_with_the_message_and_never_runs(console):
@@ -139,17 +142,17 @@ async def test_a_denied_call_answers_is_error_with_the_message_and_never_runs(co
     async with mcp_client(mcp_url(console, "files"), console.keys["mcp"]) as session:
         call = asyncio.create_task(session.call_tool("write_file", asked))
         approval = await pending_for(console, "files.write_file", asked)
-        await decide(console, approval["id"], "deny", message="Not in /etc, use /tmp.")
+        await decide(console, approval["id"], "deny", message="Not in /etc, use /srv.")
         result = await asyncio.wait_for(call, 30)
     assert result.is_error is True
-    assert text_of(result) == "Not in /etc, use /tmp."
+    assert text_of(result) == "Not in /etc, use /srv."
     assert [w for w in console.writes() if tag in w] == []
     assert audit_actions(console, approval["toolCallId"]) == ["mcp.call.refused"]
 
 
 async def test_an_expired_call_answers_is_error_and_never_runs(console):
     tag = uuid.uuid4().hex[:8]
-    asked = {"path": f"/tmp/{tag}", "content": "late"}
+    asked = {"path": f"/srv/{tag}", "content": "late"}
     async with mcp_client(mcp_url(console, "files"), console.keys["mcp"]) as session:
         call = asyncio.create_task(session.call_tool("write_file", asked))
         approval = await pending_for(console, "files.write_file", asked)
@@ -160,7 +163,10 @@ async def test_an_expired_call_answers_is_error_and_never_runs(console):
                ".update(expires_at=timezone.now())")  # fmt: skip
         result = await asyncio.wait_for(call, 60)
     assert result.is_error is True
-    assert text_of(result) == "A reviewer did not allow `write_file` on `files`. Do not call it again unchanged."
+    assert (
+        text_of(result)
+        == "A reviewer did not allow `write_file` on `files`. Do not call it again unchanged."
+    )
     assert [w for w in console.writes() if tag in w] == []
     with console.api("decide") as api:
         assert api.get(f"/api/v1/approvals/{approval['id']}").json()["status"] == "expired"
@@ -168,8 +174,10 @@ async def test_an_expired_call_answers_is_error_and_never_runs(console):
 
 async def test_a_rule_decides_without_a_human(console):
     with console.api("manage") as api:
-        rule = api.post("/api/v1/rules", json={
-            "name": "echo is fine", "effect": "approve", "toolPattern": "files.echo"})
+        rule = api.post(
+            "/api/v1/rules",
+            json={"name": "echo is fine", "effect": "approve", "toolPattern": "files.echo"},
+        )
         assert rule.status_code == 201, rule.text
     try:
         async with mcp_client(mcp_url(console, "files"), console.keys["mcp"]) as session:
@@ -186,9 +194,15 @@ async def test_a_rule_decides_without_a_human(console):
 
 async def test_pass_read_only_passes_read_only_tools_and_holds_the_rest(console):
     with console.api("manage") as api:
-        made = api.post("/api/v1/mcp/servers", json={
-            "name": "files-ro", "url": console.upstream_url, "passReadOnly": True,
-            "holdSeconds": 1})
+        made = api.post(
+            "/api/v1/mcp/servers",
+            json={
+                "name": "files-ro",
+                "url": console.upstream_url,
+                "passReadOnly": True,
+                "holdSeconds": 1,
+            },
+        )
         assert made.status_code == 201, made.text
     async with mcp_client(mcp_url(console, "files-ro"), console.keys["mcp"]) as session:
         read = await asyncio.wait_for(session.call_tool("read_file", {"path": "/ro"}), 30)
@@ -205,12 +219,14 @@ async def test_pass_read_only_passes_read_only_tools_and_holds_the_rest(console)
 
 async def test_the_bounded_hold_says_call_again_and_the_same_call_attaches(console):
     with console.api("manage") as api:
-        made = api.post("/api/v1/mcp/servers", json={
-            "name": "files-short", "url": console.upstream_url, "holdSeconds": 1})
+        made = api.post(
+            "/api/v1/mcp/servers",
+            json={"name": "files-short", "url": console.upstream_url, "holdSeconds": 1},
+        )
         assert made.status_code == 201, made.text
     tag = uuid.uuid4().hex[:8]
-    asked = {"path": f"/tmp/{tag}", "content": "once"}
-    reordered = {"content": "once", "path": f"/tmp/{tag}"}  # the same canonical arguments
+    asked = {"path": f"/srv/{tag}", "content": "once"}
+    reordered = {"content": "once", "path": f"/srv/{tag}"}  # the same canonical arguments
     async with mcp_client(mcp_url(console, "files-short"), console.keys["mcp"]) as session:
         first = await asyncio.wait_for(session.call_tool("write_file", asked), 30)
         assert first.is_error is True
@@ -223,11 +239,11 @@ async def test_the_bounded_hold_says_call_again_and_the_same_call_attaches(conso
     # a new session (a client that restarted): the approved, unused call attaches
     async with mcp_client(mcp_url(console, "files-short"), console.keys["mcp"]) as session:
         third = await asyncio.wait_for(session.call_tool("write_file", asked), 30)
-        assert third.is_error is False and text_of(third) == f"wrote 4 bytes to /tmp/{tag}"
+        assert third.is_error is False and text_of(third) == f"wrote 4 bytes to /srv/{tag}"
         # used now: the same call again is a new call, held again
         fourth = await asyncio.wait_for(session.call_tool("write_file", asked), 30)
         assert fourth.is_error is True and approval["id"] not in text_of(fourth)
-    assert [w for w in console.writes() if tag in w] == [f"write_file /tmp/{tag} once"]
+    assert [w for w in console.writes() if tag in w] == [f"write_file /srv/{tag} once"]
     with console.api("decide") as api:
         items = api.get("/api/v1/approvals", params={"limit": 200}).json()["items"]
     assert len([a for a in items if a["toolName"] == "files-short.write_file"
@@ -236,7 +252,7 @@ async def test_the_bounded_hold_says_call_again_and_the_same_call_attaches(conso
 
 async def test_progress_notifications_while_a_call_waits(console):
     tag = uuid.uuid4().hex[:8]
-    asked = {"path": f"/tmp/{tag}", "content": "p"}
+    asked = {"path": f"/srv/{tag}", "content": "p"}
     seen: list[tuple] = []
 
     async def on_progress(progress, total, message):
@@ -283,18 +299,30 @@ def test_wrong_keys_scopes_tenants_and_sessions_are_refused(console):
 
 def test_the_management_api(console):
     with console.api("manage") as api:
-        made = api.post("/api/v1/mcp/servers", json={
-            "name": "crm", "url": "https://crm.example/mcp", "headers": {"Authorization": "x"}})
+        made = api.post(
+            "/api/v1/mcp/servers",
+            json={
+                "name": "crm",
+                "url": "https://crm.example/mcp",
+                "headers": {"Authorization": "x"},
+            },
+        )
         assert made.status_code == 201, made.text
         body = made.json()
         assert body["headerNames"] == ["Authorization"] and "headers" not in body
         assert body["passReadOnly"] is False and body["holdSeconds"] == 240
-        assert api.post("/api/v1/mcp/servers", json={
-            "name": "crm", "url": "https://crm.example/mcp"}).status_code == 409
-        for bad in ({"name": "Bad Name", "url": "https://x.example/"},
-                    {"name": "intra", "url": "https://10.0.0.1/mcp"},
-                    {"name": "local", "url": "stdio", "transport": "stdio"},
-                    {"name": "typo", "url": "https://x.example/", "passReadonly": True}):
+        assert (
+            api.post(
+                "/api/v1/mcp/servers", json={"name": "crm", "url": "https://crm.example/mcp"}
+            ).status_code
+            == 409
+        )
+        for bad in (
+            {"name": "Bad Name", "url": "https://x.example/"},
+            {"name": "intra", "url": "https://10.0.0.1/mcp"},
+            {"name": "local", "url": "stdio", "transport": "stdio"},
+            {"name": "typo", "url": "https://x.example/", "passReadonly": True},
+        ):
             assert api.post("/api/v1/mcp/servers", json=bad).status_code == 422, bad
         patched = api.patch("/api/v1/mcp/servers/crm", json={"active": False, "holdSeconds": 30})
         assert patched.status_code == 200 and patched.json()["active"] is False
@@ -317,7 +345,7 @@ async def test_a_session_continues_on_a_second_daphne_and_a_decision_there_wakes
     if not console.env.get("REDIS_URL"):
         pytest.skip("needs Redis for the channel layer: set REDIS_URL")
     tag = uuid.uuid4().hex[:8]
-    asked = {"path": f"/tmp/{tag}", "content": "lb"}
+    asked = {"path": f"/srv/{tag}", "content": "lb"}
     with daphne(console.env, tmp_path / "b.log") as url_b:
         balancer = Balancer(console.url, url_b, first=2)  # initialize (+ initialized) on A
         async with mcp_client(
@@ -330,7 +358,7 @@ async def test_a_session_continues_on_a_second_daphne_and_a_decision_there_wakes
         ports = balancer.seen
     assert result.is_error is False
     assert ports[0] != ports[-1] and len(set(ports)) == 2
-    assert [w for w in console.writes() if tag in w] == [f"write_file /tmp/{tag} lb"]
+    assert [w for w in console.writes() if tag in w] == [f"write_file /srv/{tag} lb"]
 
 
 def test_mcp_error_type_is_importable():
