@@ -4,6 +4,7 @@ processes, and a real upstream MCP server (tests/gateway/upstream_server.py) ove
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -110,30 +111,46 @@ def env_for(tmp: Path, *, redis: bool) -> dict:
     return env
 
 
+PROVISION = """
+import io, json
+from django.core.management import call_command
+
+def run(*args, **options):
+    out = io.StringIO()
+    call_command(*args, stdout=out, **options)
+    return out.getvalue().strip().splitlines()[-1].strip()
+
+call_command("migrate", verbosity=0)
+for tenant in ("{tenant}", "{other}"):
+    run("create_tenant", tenant)
+run("create_principal", "ann", tenant="{tenant}", role=["admin"])
+run("create_principal", "rev", tenant="{tenant}", role=["reviewer"])
+run("create_principal", "lea", tenant="{tenant}", role=["lead"])
+run("create_principal", "gus", tenant="{other}", role=["admin"])
+keys = dict(
+    mcp=run("create_api_key", tenant="{tenant}", name="claude-desktop", scope="mcp",
+            principal="ann"),
+    decide=run("create_api_key", tenant="{tenant}", name="rev", scope="decide", principal="rev"),
+    manage=run("create_api_key", tenant="{tenant}", name="ann-admin", scope="manage",
+               principal="ann"),
+    rules=run("create_api_key", tenant="{tenant}", name="lea-rules", scope="manage",
+              principal="lea"),
+    ingest=run("create_api_key", tenant="{tenant}", name="runtime", scope="ingest"),
+    other_mcp=run("create_api_key", tenant="{other}", name="gus-mcp", scope="mcp",
+                  principal="gus"),
+)
+run("create_mcp_server", "files-stdio", tenant="{tenant}", stdio=True, command={stdio!r})
+print(json.dumps(keys))
+"""
+
+
 def provision(console: Console) -> None:
-    env = console.env
-    manage(env, "migrate", "--verbosity", "0")
-    for tenant in (TENANT, OTHER):
-        manage(env, "create_tenant", tenant)
-    manage(env, "create_principal", "--tenant", TENANT, "ann", "--role", "admin")
-    manage(env, "create_principal", "--tenant", TENANT, "rev", "--role", "reviewer")
-    manage(env, "create_principal", "--tenant", OTHER, "gus", "--role", "admin")
-
-    def key(tenant, name, scope, principal=None):
-        args = ["create_api_key", "--tenant", tenant, "--name", name, "--scope", scope]
-        if principal:
-            args += ["--principal", principal]
-        return last_line(manage(env, *args))
-
-    console.keys.update(
-        mcp=key(TENANT, "claude-desktop", "mcp", "ann"),
-        decide=key(TENANT, "rev", "decide", "rev"),
-        manage=key(TENANT, "ann-admin", "manage", "ann"),
-        ingest=key(TENANT, "runtime", "ingest"),
-        other_mcp=key(OTHER, "gus-mcp", "mcp", "gus"),
+    """Migrate and provision in one process (each manage.py start costs seconds)."""
+    script = PROVISION.format(
+        tenant=TENANT, other=OTHER, stdio=[sys.executable, UPSTREAM, "--stdio"]
     )
-    stdio = [sys.executable, UPSTREAM, "--stdio"]
-    manage(env, "create_mcp_server", "--tenant", TENANT, "files-stdio", "--stdio", "--", *stdio)
+    out = manage(console.env, "shell", "-c", script)
+    console.keys.update(json.loads(last_line(out)))
 
 
 @contextlib.asynccontextmanager

@@ -112,14 +112,12 @@ async def test_a_held_call_approved_with_edits_runs_upstream_once_with_the_edits
         approval = await pending_for(console, f"{server}.write_file", asked)
         assert approval["reason"] == f"`write_file` on `{server}` waits for a reviewer"
         assert not call.done()
-        await decide(console, approval["id"], "approve", arguments=edited)
+        decided = await decide(console, approval["id"], "approve", arguments=edited)
         result = await asyncio.wait_for(call, 30)
     assert result.is_error is False
     assert text_of(result) == f"wrote 5 bytes to /srv/{tag}-edited"
     if server == "files":  # the http upstream counts into the file (stdio: its own env)
         assert [w for w in console.writes() if tag in w] == [f"write_file /srv/{tag}-edited final"]
-    with console.api("decide") as api:
-        decided = api.get(f"/api/v1/approvals/{approval['id']}").json()
     assert decided["status"] == "approved"
     assert audit_actions(console, decided["toolCallId"]) == ["mcp.call.forwarded"]
 
@@ -169,11 +167,13 @@ async def test_an_expired_call_answers_is_error_and_never_runs(console):
     )
     assert [w for w in console.writes() if tag in w] == []
     with console.api("decide") as api:
-        assert api.get(f"/api/v1/approvals/{approval['id']}").json()["status"] == "expired"
+        expired = api.get("/api/v1/approvals", params={"status": "expired"}).json()["items"]
+    assert approval["id"] in [a["id"] for a in expired]
 
 
 async def test_a_rule_decides_without_a_human(console):
-    with console.api("manage") as api:
+    # made by a lead: a rule acts for its maker, who may not approve ann's own calls
+    with console.api("rules") as api:
         rule = api.post(
             "/api/v1/rules",
             json={"name": "echo is fine", "effect": "approve", "toolPattern": "files.echo"},
@@ -188,7 +188,7 @@ async def test_a_rule_decides_without_a_human(console):
         mine = [a for a in approvals["items"] if a["toolName"] == "files.echo"]
         assert mine and mine[0]["decidedByRule"] == rule.json()["id"]
     finally:
-        with console.api("manage") as api:
+        with console.api("rules") as api:
             api.delete(f"/api/v1/rules/{rule.json()['id']}")
 
 

@@ -1,0 +1,199 @@
+"""The MCP gateway against the same upstream MCP server in the same run (PostgreSQL; a real
+daphne; the upstream is tests/gateway/upstream_server.py, the SDK's MCPServer over Streamable
+HTTP; the client is the official `mcp` ClientSession over Streamable HTTP):
+
+(a) an ungated call (a rule approves `bench.echo`): through the gateway vs straight to the
+    upstream, sequential calls: the added latency p50. Target <= 5 ms.
+(b) the same, BENCH_MCP_CONCURRENCY clients at once: calls per second through the gateway over
+    straight to the upstream. Target >= 0.8x.
+(c) a held call: the decision POST sent -> the client's `tools/call` result returned, p50.
+    Target <= 25 ms. Baseline: one ungated call through the gateway (what the forward alone
+    costs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import httpx
+import httpx2
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from bench import _support as support
+
+CALLS = support.size("BENCH_MCP_CALLS", 300, 30)
+CONCURRENCY = support.size("BENCH_MCP_CONCURRENCY", 8, 2)
+HELD = support.size("BENCH_MCP_HELD", 40, 5)
+UPSTREAM = str(support.ROOT / "tests" / "gateway" / "upstream_server.py")
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+@contextlib.contextmanager
+def upstream_server():
+    port = support.free_port()
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(  # noqa: S603 - our own test server
+        [sys.executable, UPSTREAM, "--http", str(port)],
+        cwd=support.ROOT, stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.get(url, timeout=1)
+                break
+            if time.monotonic() > deadline or proc.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"the upstream did not start: {log.read()[-2000:]!r}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@contextlib.asynccontextmanager
+async def client(url: str, key: str | None = None):
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    http = httpx2.AsyncClient(headers=headers, timeout=60)
+    async with (
+        http,
+        streamable_http_client(url, http_client=http) as streams,
+        ClientSession(streams[0], streams[1]) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+async def sequential(url: str, key: str | None, calls: int) -> list[float]:
+    times = []
+    async with client(url, key) as session:
+        for i in range(calls + 10):
+            started = time.perf_counter()
+            result = await session.call_tool("echo", {"text": f"t{i}"})
+            elapsed = time.perf_counter() - started
+            assert not result.is_error, result
+            if i >= 10:  # warm-up
+                times.append(elapsed)
+    return times
+
+
+async def throughput(url: str, key: str | None, calls: int, workers: int) -> float:
+    async def worker(n: int) -> None:
+        async with client(url, key) as session:
+            await session.call_tool("echo", {"text": "warm"})
+            await ready.wait()
+            for i in range(n):
+                result = await session.call_tool("echo", {"text": f"w{i}"})
+                assert not result.is_error
+
+    ready = asyncio.Event()
+    per = max(1, calls // workers)
+    tasks = [asyncio.create_task(worker(per)) for _ in range(workers)]
+    await asyncio.sleep(1.0)  # every session opened and warmed
+    started = time.perf_counter()
+    ready.set()
+    await asyncio.gather(*tasks)
+    return per * workers / (time.perf_counter() - started)
+
+
+async def held(base: str, key: str, decide_key: str, trials: int) -> list[float]:
+    times = []
+    async with (
+        client(f"{base}/mcp/bench", key) as session,
+        httpx.AsyncClient(
+            base_url=base, headers={"Authorization": f"Bearer {decide_key}"}, timeout=30
+        ) as api,
+    ):
+        for _ in range(trials):
+            args = {"path": f"/srv/{uuid.uuid4().hex}", "content": "x"}
+            call = asyncio.create_task(session.call_tool("write_file", args))
+            approval = None
+            while approval is None:
+                page = (await api.get("/api/v1/approvals", params={"status": "pending"})).json()
+                approval = next((a for a in page["items"] if a["arguments"] == args), None)
+                if approval is None:
+                    await asyncio.sleep(0.02)
+            await asyncio.sleep(0.05)  # the call is waiting on its wake-up
+            sent = time.perf_counter()
+            answer = await api.post(
+                f"/api/v1/approvals/{approval['id']}/decision", json={"decision": "approve"}
+            )
+            assert answer.status_code == 200, answer.text
+            result = await call
+            times.append(time.perf_counter() - sent)
+            assert not result.is_error, result
+    return times
+
+
+def main() -> None:
+    support.database_url()
+    support.migrate()
+    env = support.server_env(GAVEL_MCP_ALLOW_HTTP="1")
+    with upstream_server() as upstream_url:
+        slug = f"bench-mcp-{uuid.uuid4().hex[:6]}"
+        outs = support.manage_batch(
+            ("create_tenant", slug),
+            ("create_principal", "--tenant", slug, "ann", "--role", "admin"),
+            ("create_principal", "--tenant", slug, "rev", "--role", "reviewer"),
+            ("create_principal", "--tenant", slug, "lea", "--role", "lead"),
+            ("create_api_key", "--tenant", slug, "--name", "claude", "--scope", "mcp",
+             "--principal", "ann"),
+            ("create_api_key", "--tenant", slug, "--name", "rev", "--scope", "decide",
+             "--principal", "rev"),
+            ("create_api_key", "--tenant", slug, "--name", "lea", "--scope", "manage",
+             "--principal", "lea"),
+            ("create_mcp_server", "--tenant", slug, "bench", "--url", upstream_url),
+            env=env,
+        )  # fmt: skip
+        key, decide_key, manage_key = (outs[i].strip().splitlines()[-1] for i in (4, 5, 6))
+        with support.daphne(env) as base:
+            rule = httpx.post(
+                f"{base}/api/v1/rules",
+                headers={"Authorization": f"Bearer {manage_key}"},
+                json={"name": "bench echo", "effect": "approve", "toolPattern": "bench.echo"},
+            )
+            assert rule.status_code == 201, rule.text
+            gateway = f"{base}/mcp/bench"
+            print(f"mcp: {CALLS} sequential calls, {CONCURRENCY} concurrent clients, {HELD} held")
+            direct = asyncio.run(sequential(upstream_url, None, CALLS))
+            through = asyncio.run(sequential(gateway, key, CALLS))
+            direct_rate = asyncio.run(throughput(upstream_url, None, CALLS, CONCURRENCY))
+            gateway_rate = asyncio.run(throughput(gateway, key, CALLS, CONCURRENCY))
+            decided = asyncio.run(held(base, key, decide_key, HELD))
+    d50, g50 = pct(direct, 0.5) * 1000, pct(through, 0.5) * 1000
+    added = g50 - d50
+    support.record(
+        "mcp", "ungated call (rule-approved) added latency p50, gateway - direct",
+        f"{added:.1f} ms (gateway {g50:.1f} ms)", baseline=f"direct {d50:.1f} ms",
+        ratio=g50 / d50 if d50 else None, target="<= 5 ms", met=added <= 5,
+    )
+    ratio = gateway_rate / direct_rate if direct_rate else 0.0
+    support.record(
+        "mcp", f"ungated calls/s, {CONCURRENCY} clients", f"{gateway_rate:.0f}/s",
+        baseline=f"direct {direct_rate:.0f}/s", ratio=ratio, target=">= 0.8x", met=ratio >= 0.8,
+    )
+    h50 = pct(decided, 0.5) * 1000
+    support.record(
+        "mcp", "held call: decision POST sent -> client's result p50", f"{h50:.1f} ms",
+        baseline=f"ungated call through the gateway {g50:.1f} ms",
+        ratio=h50 / g50 if g50 else None, target="<= 25 ms", met=h50 <= 25,
+    )
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("BENCH_QUICK", "0")
+    main()
