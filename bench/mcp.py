@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -54,9 +55,9 @@ def upstream_server():
     try:
         deadline = time.monotonic() + 90
         while True:
-            with contextlib.suppress(httpx.HTTPError):
-                httpx.get(url, timeout=1)
-                break
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
             if time.monotonic() > deadline or proc.poll() is not None:
                 log.seek(0)
                 raise RuntimeError(f"the upstream did not start: {log.read()[-2000:]!r}")

@@ -78,10 +78,14 @@ async def call_tool(
     call = begun.call
     if not gated:
         return await _forward(call=call, key=key, arguments=arguments)
-    return await _await_decision(call=call, key=key, server=server, tool=tool, progress=progress)
+    return await _await_decision(
+        call=call, key=key, server=server, tool=tool, progress=progress, fresh=not begun.attached
+    )
 
 
-async def _await_decision(*, call, key, server, tool, progress) -> CallToolResult:
+async def _await_decision(*, call, key, server, tool, progress, fresh) -> CallToolResult:
+    """`fresh`: the call was recorded just now (its approval as a rule left it): the first
+    look needs no read."""
     loop = asyncio.get_running_loop()
     started = loop.time()
     deadline = started + server.hold_seconds
@@ -93,7 +97,9 @@ async def _await_decision(*, call, key, server, tool, progress) -> CallToolResul
     try:
         async with realtime.wait_for(group) as woken:
             while True:
-                call = await released(records.call_look)(call=call)
+                if not fresh:
+                    call = await released(records.call_look)(call=call)
+                fresh = False
                 approval = call.approval
                 if call.state in (CallState.DONE, CallState.REFUSED):
                     return _as_result(call.result)
