@@ -176,25 +176,17 @@ class Gateway:
     async def __call__(self, scope, receive, send):
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         name = scope["path"][len(PREFIX) :].strip("/")
+        session_id = headers.get("mcp-session-id")
         try:
-            key = await released(_authenticate)(headers.get("authorization", ""))
-            server = await released(server_for)(
-                tenant_id=key.tenant_id, name=name, active_only=True
+            key, server, session = await released(_resolve)(
+                headers.get("authorization", ""), name, session_id
             )
         except GavelError as exc:
             await _error(send, exc)
             return
         body = await _read_body(receive)
-        caller = Caller(server=server, key=key, headers=headers)
-        session_id = headers.get("mcp-session-id")
+        caller = Caller(server=server, key=key, headers=headers, session=session)
         if session_id:
-            session = await released(records.session_find)(
-                server=server, key=key, public_id=session_id
-            )
-            if session is None:
-                await _error(send, NotFound("no such MCP session", code="session_not_found"))
-                return
-            caller.session = session
             if scope["method"] == "DELETE":
                 await released(records.session_close)(session=session)
                 await _plain(send, 200, b"")
@@ -209,6 +201,19 @@ class Gateway:
         scope = dict(scope)
         scope[SCOPE_KEY] = caller
         await manager.handle_request(scope, _replay(body, receive), _with_session(send, caller))
+
+
+def _resolve(header: str, name: str, session_id: str | None):
+    """Key, server and session in one trip to the database (the contract's order: 401, 403,
+    then 404 for the server and for the session)."""
+    key = _authenticate(header)
+    server = server_for(tenant_id=key.tenant_id, name=name, active_only=True)
+    session = None
+    if session_id:
+        session = records.session_find(server=server, key=key, public_id=session_id)
+        if session is None:
+            raise NotFound("no such MCP session", code="session_not_found")
+    return key, server, session
 
 
 def _authenticate(header: str):

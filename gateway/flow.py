@@ -76,8 +76,10 @@ async def call_tool(
         session=session, tool=tool, arguments=arguments, gated=gated
     )
     call = begun.call
-    if not gated:
-        return await _forward(call=call, key=key, arguments=arguments)
+    if begun.claimed:
+        approval = call.approval
+        args = approval.decided_arguments if approval is not None else None
+        return await _send(call=call, key=key, arguments=arguments if args is None else args)
     return await _await_decision(
         call=call, key=key, server=server, tool=tool, progress=progress, fresh=not begun.attached
     )
@@ -162,6 +164,11 @@ async def _forward(*, call, key, arguments) -> CallToolResult:
     if not claimed:
         loop = asyncio.get_running_loop()
         return await _result_of(call=call, deadline=loop.time() + call.server.hold_seconds)
+    return await _send(call=call, key=key, arguments=arguments)
+
+
+async def _send(*, call, key, arguments) -> CallToolResult:
+    """The claimed call upstream, and its result recorded before it is answered."""
     try:
         result = await upstream.request(
             call.server,

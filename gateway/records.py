@@ -97,6 +97,7 @@ def session_close(*, session: McpSession) -> None:
 class Begun:
     call: McpCall
     attached: bool
+    claimed: bool = False  # this caller sends it upstream (an ungated call, claimed at once)
 
 
 @transaction.atomic
@@ -172,7 +173,13 @@ def call_begin(*, session: McpSession, tool: str, arguments, gated: bool) -> Beg
     approval = (
         Approval.objects.filter(run=run, tool_call_id=tool_call_id).first() if gated else None
     )
+    # Ungated (read-only pass, or a rule approved it in this transaction): claimed with the
+    # record itself, one write fewer on the way upstream.
+    claimed = approval is None or approval.status == ApprovalStatus.APPROVED
+    now = timezone.now()
     call = McpCall.objects.create(
+        state=CallState.FORWARDING if claimed else CallState.HELD,
+        forwarded_at=now if claimed else None,
         tenant_id=session.tenant_id,
         session=session,
         server=server,
@@ -185,7 +192,7 @@ def call_begin(*, session: McpSession, tool: str, arguments, gated: bool) -> Beg
         approval=approval,
     )
     call.session = session
-    return Begun(call=call, attached=False)
+    return Begun(call=call, attached=False, claimed=claimed)
 
 
 def call_look(*, call: McpCall) -> McpCall:
