@@ -33,6 +33,7 @@ from console.api_oidc import router as oidc_router
 from console.errors import DatabaseUnavailable, GavelError
 from console.schemas import strict_json, unstorable_text
 from console.services.auditlog import audit_refused
+from gateway.access import server_for
 from gateway.api import router as mcp_router
 from notifications.api import router as notifications_router
 from runs.api import router as runs_router
@@ -231,6 +232,8 @@ def _check_path_objects(request) -> None:
         access.key_in_tenant(tenant_id=tenant_id, key_id=kwargs["key_id"])
     if "webhook_id" in kwargs:
         access.webhook_in_tenant(tenant_id=tenant_id, webhook_id=kwargs["webhook_id"])
+    if "mcp_server_name" in kwargs:
+        server_for(tenant_id=tenant_id, name=kwargs["mcp_server_name"])
 
 
 def _field_path(loc) -> str:

@@ -57,37 +57,37 @@ def servers_create(request, payload: McpServerIn):
 
 
 @router.get(
-    "/mcp/servers/{name}",
+    "/mcp/servers/{mcp_server_name}",
     auth=ADMIN,
     response={200: McpServerOut, **errors(404)},
     by_alias=True,
     summary="One upstream MCP server",
 )
-def servers_show(request, name: str):
-    return server_wire(server_for(tenant_id=request.auth.tenant.pk, name=name))
+def servers_show(request, mcp_server_name: str):
+    return server_wire(server_for(tenant_id=request.auth.tenant.pk, name=mcp_server_name))
 
 
 @router.patch(
-    "/mcp/servers/{name}",
+    "/mcp/servers/{mcp_server_name}",
     auth=ADMIN,
     response={200: McpServerOut, **errors(404, 413, 422)},
     by_alias=True,
     summary="Change an upstream MCP server (headers replace the stored ones)",
 )
-def servers_update(request, name: str, payload: McpServerPatch):
-    server = server_for(tenant_id=request.auth.tenant.pk, name=name)
+def servers_update(request, mcp_server_name: str, payload: McpServerPatch):
+    server = server_for(tenant_id=request.auth.tenant.pk, name=mcp_server_name)
     fields = payload.model_dump(exclude_unset=True)
     server = services.server_update(server=server, fields=fields, viewer=request.auth)
     return server_wire(server)
 
 
 @router.delete(
-    "/mcp/servers/{name}",
+    "/mcp/servers/{mcp_server_name}",
     auth=ADMIN,
     response={204: None, **errors(404)},
     summary="Remove an upstream MCP server",
 )
-def servers_delete(request, name: str):
-    server = server_for(tenant_id=request.auth.tenant.pk, name=name)
+def servers_delete(request, mcp_server_name: str):
+    server = server_for(tenant_id=request.auth.tenant.pk, name=mcp_server_name)
     services.server_delete(server=server, viewer=request.auth)
     return 204, None

@@ -151,6 +151,11 @@ BODY_EXTRAS = {
         "url": "https://hooks.example.com/gavel",
         "events": ["approval.requested"],
     },
+    # An upstream MCP server's URL: https:// to a public name (the service checks it).
+    "POST /api/v1/mcp/servers": lambda values: {
+        "name": "matrix-mcp",
+        "url": "https://mcp.example.com/mcp",
+    },
 }
 
 
@@ -307,6 +312,8 @@ PARAMETERS = {
     "webhooks/id": "webhook",
     "roles/name": "role",
     "teams/name": "team",
+    "mcpServerName": "mcp_server",  # /api/v1/mcp/servers/{mcp_server_name}
+    "mcp/name": "mcp_server",  # the /manage/mcp/<name>/ actions
     "roleName": "role",  # the /manage/roles/<role_name>/ pages
     "teamName": "team",
     "runs/{runId}/partials/{name}": _run_partial,
@@ -391,7 +398,13 @@ def build_world() -> World:
         client_secret_encrypted=encrypt("acme-secret-client-secret"),
         email_domains=["acme-secret.example"],
     )
+    from gateway.models import McpServer
+
+    mcp_server = McpServer.objects.create(
+        tenant=w.tenant_a, name="acme-secret-mcp", url="https://mcp.acme-secret.example/mcp"
+    )
     w.objects = dict(
+        mcp_server=mcp_server,
         run=run,
         approval=approval,
         budget=budget,
@@ -404,6 +417,7 @@ def build_world() -> World:
         team=team,
     )
     w.ids = dict(
+        mcp_server=mcp_server.name,
         run=run.external_id,
         approval=approval.public_id,
         budget=budget.public_id,
