@@ -6,6 +6,7 @@ other."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import uuid
 
 import httpx
@@ -357,3 +358,21 @@ async def test_a_session_continues_on_a_second_daphne_and_a_decision_there_wakes
     assert result.is_error is False
     assert ports[0] != ports[-1] and len(set(ports)) == 2
     assert [w for w in console.writes() if tag in w] == [f"write_file /srv/{tag} lb"]
+
+
+@pytest.mark.skipif(shutil.which("npx") is None, reason="needs npx (Node.js) for the npm server")
+async def test_the_reference_server_everything_from_npm_over_stdio(console):
+    """A real server from the npm registry (@modelcontextprotocol/server-everything), started
+    by the gateway as the operator's stdio upstream."""
+    manage(console.env, "create_mcp_server", "--tenant", "acme", "everything", "--stdio",
+           "--", "npx", "-y", "@modelcontextprotocol/server-everything@2026.8.31")  # fmt: skip
+    tag = uuid.uuid4().hex[:8]
+    async with mcp_client(mcp_url(console, "everything"), console.keys["mcp"]) as session:
+        tools = {t.name for t in (await asyncio.wait_for(session.list_tools(), 120)).tools}
+        assert "echo" in tools
+        call = asyncio.create_task(session.call_tool("echo", {"message": tag}))
+        approval = await pending_for(console, "everything.echo", {"message": tag})
+        await decide(console, approval["id"], "approve", arguments={"message": f"{tag}!"})
+        result = await asyncio.wait_for(call, 60)
+    assert result.is_error is not True
+    assert text_of(result) == f"Echo: {tag}!"
