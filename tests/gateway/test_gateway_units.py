@@ -1,0 +1,128 @@
+"""The gateway's pieces that need no live server: upstream URL and address policy (names
+resolved through a stub: no test resolves a real name), secret headers at rest, canonical
+arguments, the operator's command, the inbox's marker."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from console import outbound
+from console.errors import Conflict, Invalid
+from gateway import records, services, upstream
+from gateway.models import McpServer
+from gateway.templatetags.mcp import mcp_server
+from tests.factories import PrincipalFactory, TenantFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_canonical_arguments_ignore_key_order_and_spacing():
+    assert records.canonical({"b": 1, "a": [1, {"y": 2, "x": 1}]}) == records.canonical(
+        {"a": [1, {"x": 1, "y": 2}], "b": 1}
+    )
+    assert records.canonical({"a": 1}) != records.canonical({"a": "1"})
+    assert records.canonical(None) == records.canonical({})
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://mcp.example.com/mcp",  # http without GAVEL_MCP_ALLOW_HTTP
+        "https://10.0.0.1/mcp",
+        "https://169.254.169.254/latest",
+        "https://user:pw@mcp.example.com/mcp",
+        "https://localhost/mcp",
+        "ftp://mcp.example.com/",
+    ],
+)
+def test_urls_an_upstream_may_not_have(settings, url):
+    settings.GAVEL_MCP_ALLOW_HTTP = False
+    settings.GAVEL_OUTBOUND_ALLOW_LOOPBACK = False
+    with pytest.raises(Invalid):
+        services.check_url(url)
+
+
+def test_the_development_flag_allows_http_and_loopback_only(settings):
+    settings.GAVEL_MCP_ALLOW_HTTP = True
+    services.check_url("http://127.0.0.1:8000/mcp")
+    with pytest.raises(Invalid):
+        services.check_url("http://192.168.1.5/mcp")
+
+
+def test_a_name_resolving_to_an_internal_address_is_refused_before_connecting(
+    settings, monkeypatch
+):
+    settings.GAVEL_MCP_ALLOW_HTTP = False
+    settings.GAVEL_OUTBOUND_ALLOW_LOOPBACK = False
+    asked = []
+
+    def stub(host, port):
+        asked.append((host, port))
+        return {"rebind.example": ["10.1.2.3"], "mixed.example": ["93.184.216.34", "127.0.0.1"],
+                "public.example": ["93.184.216.34"]}[host]  # fmt: skip
+
+    monkeypatch.setattr(outbound, "resolve", stub)
+    for host in ("rebind.example", "mixed.example"):
+        with pytest.raises(upstream.UpstreamError) as refused:
+            upstream._check_destination(f"https://{host}/mcp")
+        assert str(refused.value) == outbound.REFUSED
+    upstream._check_destination("https://public.example/mcp")  # allowed (nothing connects)
+    assert asked == [("rebind.example", 443), ("mixed.example", 443), ("public.example", 443)]
+
+
+def test_secret_headers_are_stored_encrypted_and_never_in_the_wire_form():
+    tenant = TenantFactory()
+    admin = PrincipalFactory(tenant=tenant)
+    server = services.server_create(
+        tenant=tenant,
+        fields={
+            "name": "crm",
+            "url": "https://crm.example/mcp",
+            "headers": {"Authorization": "Bearer very-secret"},
+        },  # fmt: skip
+        viewer=admin,
+    )
+    stored = McpServer.objects.get(pk=server.pk)
+    assert "very-secret" not in stored.headers_encrypted
+    assert services.headers_of(stored) == {"Authorization": "Bearer very-secret"}
+    assert "very-secret" not in json.dumps(services.server_wire(stored))
+    with pytest.raises(Conflict):
+        services.server_create(
+            tenant=tenant, fields={"name": "crm", "url": "https://x.example/"}, viewer=admin
+        )
+    with pytest.raises(Invalid):
+        services.server_create(
+            tenant=tenant,
+            fields={
+                "name": "bad-header",
+                "url": "https://x.example/",
+                "headers": {"X-A": "one\r\nInjected: two"},
+            },  # fmt: skip
+            viewer=admin,
+        )
+
+
+def test_create_mcp_server_is_idempotent_and_refuses_bad_input():
+    tenant = TenantFactory()
+    call_command("create_mcp_server", "files", tenant=tenant.slug, stdio=True,
+                 command=["python", "server.py"])  # fmt: skip
+    call_command("create_mcp_server", "files", tenant=tenant.slug, stdio=True,
+                 command=["python", "server.py", "--v2"])  # fmt: skip
+    server = McpServer.objects.get(tenant=tenant, name="files")
+    assert server.transport == "stdio" and server.command == ["python", "server.py", "--v2"]
+    with pytest.raises(CommandError):
+        call_command("create_mcp_server", "files", tenant=tenant.slug)  # neither
+    with pytest.raises(CommandError):
+        call_command("create_mcp_server", "Bad Name", tenant=tenant.slug, url="https://x.example/")
+    assert McpServer.objects.filter(tenant=tenant).count() == 1
+
+
+def test_the_inbox_marks_only_gateway_calls_with_their_server():
+    gateway_call = SimpleNamespace(tool_call_id="mcp_0123456789abcdef", tool_name="files.write")
+    runtime_call = SimpleNamespace(tool_call_id="call_1", tool_name="files.write")
+    assert mcp_server(gateway_call) == "files"
+    assert mcp_server(runtime_call) == ""
