@@ -26,6 +26,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from console.auth import PrincipalKeyAuth
 from console.db import released
 from console.errors import Forbidden, GavelError, NotFound, RateLimited
+from console.services.auditlog import audit_refused
 from gateway import flow, records, upstream
 from gateway.access import server_for
 
@@ -179,7 +180,7 @@ class Gateway:
         session_id = headers.get("mcp-session-id")
         try:
             key, server, session = await released(_resolve)(
-                headers.get("authorization", ""), name, session_id
+                headers.get("authorization", ""), name, session_id, scope
             )
         except GavelError as exc:
             await _error(send, exc)
@@ -203,10 +204,25 @@ class Gateway:
         await manager.handle_request(scope, _replay(body, receive), _with_session(send, caller))
 
 
-def _resolve(header: str, name: str, session_id: str | None):
+def _resolve(header: str, name: str, session_id: str | None, scope):
     """Key, server and session in one trip to the database (the contract's order: 401, 403,
-    then 404 for the server and for the session)."""
-    key = _authenticate(header)
+    then 404 for the server and for the session). A 403 is audited as for the API."""
+    request = SimpleNamespace()
+    try:
+        key = _authenticate(header, request)
+    except Forbidden as exc:
+        client = scope.get("client") or (None,)
+        agent = dict(scope["headers"]).get(b"user-agent", b"").decode("latin-1") or None
+        audit_refused(
+            actor=getattr(request, "gavel_actor", None),
+            path=scope["path"],
+            method=scope["method"],
+            reason=exc.message,
+            code=exc.code,
+            ip=client[0],
+            user_agent=agent,
+        )
+        raise
     server = server_for(tenant_id=key.tenant_id, name=name, active_only=True)
     session = None
     if session_id:
@@ -216,9 +232,8 @@ def _resolve(header: str, name: str, session_id: str | None):
     return key, server, session
 
 
-def _authenticate(header: str):
+def _authenticate(header: str, request):
     scheme, _, token = header.partition(" ")
-    request = SimpleNamespace()
     key = None
     if scheme.lower() == "bearer" and token.strip():
         key = _key_auth.authenticate(request, token.strip())

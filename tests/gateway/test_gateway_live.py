@@ -294,6 +294,9 @@ def test_wrong_keys_scopes_tenants_and_sessions_are_refused(console):
     assert _post(mcp_url(console, "nope"), console.keys["mcp"]).status_code == 404
     assert _post(url, console.keys["mcp"], session_id="0" * 32).status_code == 404
     assert _post(url, console.keys["mcp"]).status_code == 200
+    with console.api("manage") as api:
+        refused = api.get("/api/v1/audit", params={"action": "authz.refused"}).json()["items"]
+    assert any(e["objectId"] == "/mcp/files" or "/mcp/files" in str(e) for e in refused)
 
 
 def test_the_management_api(console):
