@@ -1,4 +1,7 @@
-"""Every "may this user, key or socket see or do this?" answer, in one place.
+"""The one rule behind every "may this user, key or socket see or do this?" answer: who the
+viewer is, its capabilities, and the directory's, SCIM's and keys' lookups. Each feature app
+applies the same rule to its own rows in its own access.py (runs, approvals, budgets,
+notifications), built on `can` / `require_capability` here.
 
 Another tenant's object is NotFound (404), exactly like one that does not exist; a missing
 capability or scope is Forbidden (403). No view, endpoint or consumer filters by tenant itself.
