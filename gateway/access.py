@@ -1,7 +1,7 @@
 """Which upstream MCP server a request may reach: always within its tenant (another tenant's
 server, like no server, is a 404)."""
 
-from console.errors import NotFound
+from console.core.errors import NotFound
 from gateway.models import McpServer
 
 

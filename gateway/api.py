@@ -3,8 +3,8 @@ principal or a signed-in admin's browser session). Handlers only translate."""
 
 from ninja import Query, Router
 
-from console.auth import CapableSession, PrincipalKeyAuth
-from console.schemas import errors
+from console.core.wire import errors
+from console.web.auth import CapableSession, PrincipalKeyAuth
 from gateway import services
 from gateway.access import server_for
 from gateway.models import McpServer

@@ -23,10 +23,10 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
-from console.auth import PrincipalKeyAuth
-from console.db import released
-from console.errors import Forbidden, GavelError, NotFound, RateLimited
-from console.services.auditlog import audit_refused
+from console.audit.log import audit_refused
+from console.core.db import released
+from console.core.errors import Forbidden, GavelError, NotFound, RateLimited
+from console.web.auth import PrincipalKeyAuth
 from gateway import flow, records, upstream
 from gateway.access import server_for
 

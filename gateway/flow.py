@@ -23,8 +23,8 @@ from mcp_types import CallToolResult, TextContent
 
 from approvals.models import ApprovalStatus
 from approvals.services.delivery import recheck_seconds
-from console import realtime
-from console.db import released
+from console.core.db import released
+from console.live import realtime
 from gateway import records, upstream
 from gateway.models import CallState, McpServer, McpSession
 

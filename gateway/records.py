@@ -16,9 +16,9 @@ from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
 from approvals.services.expiry import approvals_expire_due
-from console import access
-from console.services.auditlog import audit
+from console.audit.log import audit
 from gateway.models import CallState, McpCall, McpServer, McpSession
+from runs import access
 from runs import schemas as s
 from runs.services.ingest import run_admit, run_events_apply
 

@@ -6,7 +6,7 @@ from ninja import Field
 from pydantic import ConfigDict
 from pydantic.alias_generators import to_camel
 
-from console.schemas import CamelSchema
+from console.core.wire import CamelSchema
 from gateway.models import McpServer
 
 NAME_PATTERN = r"^[a-z0-9-]{1,40}$"

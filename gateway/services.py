@@ -11,11 +11,11 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from console import crypto, outbound
-from console.access import acting_principal
-from console.errors import Conflict, Invalid
+from console.audit.log import audit
+from console.core import crypto, outbound
+from console.core.errors import Conflict, Invalid
+from console.directory.access import acting_principal
 from console.models import ApiKey
-from console.services.auditlog import audit
 from gateway.models import McpServer, Transport
 from gateway.schemas import NAME_PATTERN, server_wire
 

@@ -26,7 +26,7 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from console import outbound
+from console.core import outbound
 from gateway.models import McpServer, Transport
 from gateway.services import headers_of
 

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 from pydantic import ValidationError
 
 from approvals.models import Rule
-from console.errors import Conflict, Invalid
+from console.core.errors import Conflict, Invalid
 from console.manage.common import admin_view, manage_page
 from console.models import Role
 from gateway import services, upstream

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 from django.core.management import CommandError, call_command
 
-from console import outbound
-from console.errors import Conflict, Invalid
+from console.core import outbound
+from console.core.errors import Conflict, Invalid
 from gateway import records, services, upstream
 from gateway.models import McpServer
 from gateway.templatetags.mcp import mcp_server

@@ -2,8 +2,8 @@ import argparse
 
 from django.core.management.base import CommandError
 
-from console.management.commands._base import ProvisioningCommand
-from console.services import tenant_get
+from console.core.commands import ProvisioningCommand
+from console.directory.services import tenant_get
 from gateway.services import server_upsert_operator
 
 
