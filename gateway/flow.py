@@ -3,7 +3,7 @@
 1. recorded (the step and, unless the call passes, its held call) before anything else;
 2. ungated calls (read-only with `passReadOnly`, or a rule's approval) go upstream at once;
 3. a held call waits for its decision, woken through the channel layer by a decision made on
-   any server process (the held decisions long-poll's wake-up, console/realtime.py), with a
+   any server process (the held decisions long-poll's wake-up, console/live/realtime.py), with a
    database re-read on a timer so a lost wake only delays; progress notifications meanwhile
    when the client asked for them;
 4. approved: claimed (at most once) and sent upstream with the reviewer's arguments; denied or

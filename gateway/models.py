@@ -22,7 +22,7 @@ class McpServer(models.Model):
     name = models.CharField(max_length=40)  # [a-z0-9-]{1,40}, unique in the tenant
     transport = models.CharField(max_length=8, choices=Transport.choices, default=Transport.HTTP)
     url = models.TextField(blank=True)
-    # {"Header": "value"} as JSON, Fernet-encrypted (console/crypto.py); write-only on the wire
+    # {"Header": "value"} as JSON, Fernet-encrypted (console/core/crypto.py); write-only on the wire
     headers_encrypted = models.TextField(blank=True)
     header_names = models.JSONField(default=list)  # what the console may show
     command = models.JSONField(default=list)  # stdio: [COMMAND, ARG, ...]

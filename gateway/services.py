@@ -1,5 +1,5 @@
 """Upstream MCP servers of a tenant: create, change, remove (audited; headers encrypted at rest
-like the OIDC client secret, console/crypto.py)."""
+like the OIDC client secret, console/core/crypto.py)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def _invalid(path: str, message: str) -> Invalid:
 
 def check_url(url: str) -> None:
     """https:// (http:// only with GAVEL_MCP_ALLOW_HTTP), no user info, no internal address
-    (console/outbound.py's policy; loopback only with the development flag)."""
+    (console/core/outbound.py's policy; loopback only with the development flag)."""
     try:
         parts = urlsplit(url)
     except ValueError:

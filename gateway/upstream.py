@@ -3,7 +3,7 @@
 operator configured), opened on first use, reopened when it dies (a stdio process that exits
 is started again on the next call; its stderr goes to the server's log).
 
-Outbound rules (console/outbound.py's, reused): the URL's policy (`url_refusal`), every
+Outbound rules (console/core/outbound.py's, reused): the URL's policy (`url_refusal`), every
 address the host resolves to checked (`resolve`, `address_allowed`; loopback only with the
 development flag GAVEL_MCP_ALLOW_HTTP or GAVEL_OUTBOUND_ALLOW_LOOPBACK), no redirects, no
 proxies from the environment, each request within GAVEL_MCP_UPSTREAM_DEADLINE_SECONDS, and
@@ -66,7 +66,7 @@ def _loopback() -> bool:
 
 
 def _check_destination(url: str) -> None:
-    """console/outbound.py's address policy, before a connection is opened."""
+    """console/core/outbound.py's address policy, before a connection is opened."""
     refusal = outbound.url_refusal(url, allow_loopback=_loopback())
     parts = urlsplit(url)
     if refusal or not parts.hostname:
