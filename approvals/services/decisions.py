@@ -13,6 +13,7 @@ from console import access, realtime
 from console.errors import Conflict, Invalid
 from console.models import ApiKey, Principal
 from console.services import audit
+from ops import instruments
 
 DECISIONS = {"approve": ApprovalStatus.APPROVED, "deny": ApprovalStatus.DENIED}
 UNSET = object()
@@ -90,6 +91,7 @@ def approval_decide(
         approvals_expire_due(approval_ids=[approval.pk])
         raise _conflict(approval)
     approval.refresh_from_db()
+    instruments.approval_decided(approval)  # gavel_approval_decision_seconds
     return approval
 
 
