@@ -29,6 +29,7 @@ from console.auth import browser_session, decide_auth, ingest_auth_held
 from console.db import released
 from console.errors import Invalid, RateLimited
 from console.schemas import CamelSchema, OptionalCursor, errors
+from ops.context import Lifecycle
 
 router = Router(tags=["approvals"])
 LONGPOLL_RETRY_AFTER = 2  # seconds a long-poll refused for its tenant's cap waits to read again
@@ -132,7 +133,8 @@ async def _wait_for_decisions(*, run, after, wait: float) -> dict:
     with HeldPolls.holding(run.tenant_id):
         async with realtime.wait_for(group) as woken:
             while True:
-                final = loop.time() >= deadline
+                # A server shutting down answers with what it holds (ops/serving.py).
+                final = loop.time() >= deadline or Lifecycle.draining
                 body, recheck_in = await _answer_now(run=run, after=after, deliver=final)
                 if body is not None:
                     return body

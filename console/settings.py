@@ -418,3 +418,6 @@ LOGGING = ops_logs.config(
 # 404); /readyz fails when no worker has finished a pass for GAVEL_WORKER_STALE_SECONDS.
 GAVEL_METRICS_TOKEN = os.environ.get("GAVEL_METRICS_TOKEN", "").strip()
 GAVEL_WORKER_STALE_SECONDS = env_int("GAVEL_WORKER_STALE_SECONDS", 60, minimum=5)
+# SIGTERM: how long a server waits for its requests in flight before cancelling them (daphne
+# then exits; keep it under the 10 s an orchestrator allows).
+GAVEL_SHUTDOWN_GRACE_SECONDS = env_int("GAVEL_SHUTDOWN_GRACE_SECONDS", 7, minimum=0)

@@ -26,7 +26,11 @@ async def healthz(request):
 def readyz(request):
     ready, results = checks.readiness()
     body = {"status": "ready" if ready else "not ready", "checks": results}
-    return JsonResponse(body, status=200 if ready else 503, headers=NO_STORE)
+    response = JsonResponse(body, status=200 if ready else 503, headers=NO_STORE)
+    # A balancer probes every second or so: Django's "Service Unavailable" line each time would
+    # bury the log. The failing check itself is logged (ops/checks.py) where it says more.
+    response._has_been_logged = True
+    return response
 
 
 @require_GET
