@@ -224,7 +224,9 @@ INSTALLED_APPS = [
 # Django's own middleware through console.middleware: the same classes, with hooks that run on
 # the event loop instead of a thread hop each on the async path (see that module).
 MIDDLEWARE = [
-    "ops.middleware.RequestMiddleware",  # X-Request-Id, request metrics, the request's span
+    # X-Request-Id, request metrics, the request's span. GAVEL_REQUEST_MIDDLEWARE=0 leaves it out
+    # (bench/ops.py measures its cost against a server without it; not for production).
+    *(["ops.middleware.RequestMiddleware"] if env_bool("GAVEL_REQUEST_MIDDLEWARE", True) else []),
     "console.middleware.SecurityMiddleware",
     "console.middleware.ContentSecurityPolicyMiddleware",
     "console.middleware.ApiErrorBodyMiddleware",

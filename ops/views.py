@@ -23,8 +23,8 @@ async def healthz(request):
 
 
 @require_GET
-def readyz(request):
-    ready, results = checks.readiness()
+async def readyz(request):
+    ready, results = await checks.readiness()
     body = {"status": "ready" if ready else "not ready", "checks": results}
     response = JsonResponse(body, status=200 if ready else 503, headers=NO_STORE)
     # A balancer probes every second or so: Django's "Service Unavailable" line each time would
