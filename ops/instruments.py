@@ -10,7 +10,9 @@ last pass) are read at scrape time and are the same from every process."""
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -62,3 +64,14 @@ def approval_decided(approval) -> None:
         return
     seconds = (approval.decided_at - approval.requested_at).total_seconds()
     DECISION_SECONDS.labels(approval.status).observe(max(0.0, seconds))
+
+
+def _gone() -> None:
+    """Multiprocess mode: this process's live gauges (open sockets) stop counting."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(os.getpid())
+
+
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    atexit.register(_gone)
