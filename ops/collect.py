@@ -4,8 +4,9 @@ approvals, the age of each outbox's oldest pending row, the workers' last pass."
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 
-from django.db.models import Min
+from django.db import connection
 from django.utils import timezone
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
@@ -13,27 +14,52 @@ from prometheus_client.core import GaugeMetricFamily
 OUTBOXES = ("mail", "webhook", "slack")
 
 
-def _outboxes():
-    from approvals.models import DeliveryStatus, WebhookDelivery
+def _statement() -> tuple[str, list]:
+    """One statement, one round trip: pending calls, each outbox's oldest pending row, the
+    freshest heartbeat (every value a parameter, every name from the models)."""
+    from approvals.models import Approval, ApprovalStatus, DeliveryStatus, WebhookDelivery
     from notifications.models import EmailState, OutboundEmail, SlackResponse, SlackResponseStatus
+    from ops.models import WorkerHeartbeat
 
-    return {
-        "mail": OutboundEmail.objects.filter(state=EmailState.PENDING),
-        "webhook": WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING),
-        "slack": SlackResponse.objects.filter(status=SlackResponseStatus.PENDING),
-    }
+    def table(model) -> str:
+        return connection.ops.quote_name(model._meta.db_table)
+
+    sql = (
+        f"SELECT (SELECT count(*) FROM {table(Approval)} WHERE status = %s), "  # noqa: S608
+        f"(SELECT min(created_at) FROM {table(OutboundEmail)} WHERE state = %s), "
+        f"(SELECT min(created_at) FROM {table(WebhookDelivery)} WHERE status = %s), "
+        f"(SELECT min(created_at) FROM {table(SlackResponse)} WHERE status = %s), "
+        f"(SELECT max(last_pass_at) FROM {table(WorkerHeartbeat)})"
+    )
+    params = [
+        ApprovalStatus.PENDING.value,
+        EmailState.PENDING.value,
+        DeliveryStatus.PENDING.value,
+        SlackResponseStatus.PENDING.value,
+    ]
+    return sql, params
+
+
+def _aware(value):
+    if isinstance(value, str):  # SQLite answers text
+        value = datetime.fromisoformat(value)
+    if value is not None and timezone.is_naive(value):
+        value = value.replace(tzinfo=UTC)
+    return value
 
 
 class DatabaseCollector:
     def collect(self):
-        from approvals.models import Approval, ApprovalStatus
-        from ops.models import WorkerHeartbeat
-
+        sql, params = _statement()
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            pending_count, *oldest_rows, last = cursor.fetchone()
         now = timezone.now()
+
         pending = GaugeMetricFamily(
             "gavel_approvals_pending", "Calls waiting for a person's decision (all tenants)"
         )
-        pending.add_metric([], Approval.objects.filter(status=ApprovalStatus.PENDING).count())
+        pending.add_metric([], pending_count)
         yield pending
 
         oldest = GaugeMetricFamily(
@@ -41,19 +67,17 @@ class DatabaseCollector:
             "Age of the oldest row not yet sent (0: none pending)",
             labels=["kind"],
         )
-        for kind, rows in _outboxes().items():
-            first = rows.aggregate(first=Min("created_at"))["first"]
+        for kind, first in zip(OUTBOXES, oldest_rows, strict=True):
+            first = _aware(first)
             oldest.add_metric([kind], 0.0 if first is None else (now - first).total_seconds())
         yield oldest
 
-        last = WorkerHeartbeat.objects.order_by("-last_pass_at").values_list(
-            "last_pass_at", flat=True
-        )[:1]
         passed = GaugeMetricFamily(
             "gavel_worker_last_pass_timestamp_seconds",
             "When a worker last finished a pass (Unix time; 0: never)",
         )
-        passed.add_metric([], last[0].timestamp() if last else 0.0)
+        last = _aware(last)
+        passed.add_metric([], last.timestamp() if last is not None else 0.0)
         yield passed
 
 

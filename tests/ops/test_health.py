@@ -140,7 +140,7 @@ def _value(text: str, series: str) -> float:
     raise AssertionError(f"{series} not in:\n{text}")
 
 
-def test_metrics_series_named_by_the_contract(client, settings, ingest_a, decide_a, beat):
+def test_metrics_series_named_by_the_contract(client, settings, ingest_a, decide_a, beat, tenant_a):
     settings.GAVEL_METRICS_TOKEN = "metrics-secret-token"
     from tests.runs.batches import approval_requested, new_run, step_events
 
@@ -152,8 +152,16 @@ def test_metrics_series_named_by_the_contract(client, settings, ingest_a, decide
     text = _scrape(client)
     assert _value(text, "gavel_ingest_events_total") == before + 4
     assert _value(text, "gavel_approvals_pending") == 1
-    for kind in ("mail", "webhook", "slack"):
-        assert f'gavel_outbox_oldest_pending_seconds{{kind="{kind}"}}' in text
+    for kind in ("webhook", "slack"):
+        assert _value(text, f'gavel_outbox_oldest_pending_seconds{{kind="{kind}"}}') == 0
+    from notifications.models import OutboundEmail
+
+    OutboundEmail.objects.create(
+        tenant=tenant_a, to="x@a.example", subject="s", text_body="b",
+        created_at=timezone.now() - timedelta(seconds=120),
+    )  # fmt: skip
+    aged = _value(_scrape(client), 'gavel_outbox_oldest_pending_seconds{kind="mail"}')
+    assert 120 <= aged < 180
     assert _value(text, "gavel_worker_last_pass_timestamp_seconds") == pytest.approx(
         beat.last_pass_at.timestamp()
     )
