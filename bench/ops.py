@@ -11,7 +11,8 @@
    span when tracing is on) on an authenticated GET (`GET /api/v1/runs/{id}` with an ingest
    key): two daphnes, one with it and one without (GAVEL_REQUEST_MIDDLEWARE=0), requests
    alternated between them round by round; the figure is the median latency with it over
-   the median without, and the servers' CPU per request beside it (target ≤ 3 % more).
+   the median without, and the servers' CPU per request beside it (target ≤ 3 % more, for
+   both).
 
 Knobs (env): BENCH_OPS_REQUESTS (2000; quick 100), BENCH_OPS_RUNS (10000; quick 500).
 """
@@ -140,7 +141,8 @@ def main() -> None:
         _support.record(
             "ops", "authenticated GET p50 with the request middleware (metrics, request id)",
             f"{w50:.2f} ms (server CPU ×{cpu_ratio:.3f})", baseline=f"without {o50:.2f} ms",
-            ratio=ratio, target="≤ 1.03", met=ratio <= MIDDLEWARE_TARGET,
+            ratio=ratio, target="≤ 1.03 (latency and CPU)",
+            met=max(ratio, cpu_ratio) <= MIDDLEWARE_TARGET,
         )  # fmt: skip
 
 
