@@ -46,13 +46,16 @@ class RequestMiddleware:
 
     def __init__(self, get_response):
         self.get_response = get_response
-        if iscoroutinefunction(get_response):
+        self._async = iscoroutinefunction(get_response)  # once: inspect is slow per request
+        if self._async:
             markcoroutinefunction(self)
 
     def __call__(self, request):
-        if iscoroutinefunction(self):
+        if self._async:
             return self._acall(request)
         rid, start = self._begin(request)
+        if not telemetry.enabled():
+            return self._end(request, self.get_response(request), rid, start, None)
         with telemetry.request_span(
             method=request.method, headers=request.headers, request_id=rid
         ) as finish:
@@ -61,6 +64,8 @@ class RequestMiddleware:
 
     async def _acall(self, request):
         rid, start = self._begin(request)
+        if not telemetry.enabled():
+            return self._end(request, await self.get_response(request), rid, start, None)
         with telemetry.request_span(
             method=request.method, headers=request.headers, request_id=rid
         ) as finish:
@@ -75,7 +80,7 @@ class RequestMiddleware:
         test client) it is set here and cleared on `request_finished` (ops/apps.py)."""
         rid = request_id.get()
         if rid is None:
-            rid = accept_request_id(request.headers.get("X-Request-Id"))
+            rid = accept_request_id(request.META.get("HTTP_X_REQUEST_ID"))
             request_id.set(rid)
         request.request_id = rid
         return rid, time.perf_counter()
