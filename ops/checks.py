@@ -20,8 +20,8 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from console import adb
-from console.db import unreachable
+from console.core import adb
+from console.core.db import unreachable
 from ops.context import Lifecycle
 
 log = logging.getLogger(__name__)

@@ -108,7 +108,7 @@ def _daphne_protocol(send):
 def wake_held_polls() -> int:
     """Wake every decisions long-poll held on this loop (they see `Lifecycle.draining` and
     answer with what they hold)."""
-    from console.realtime import Fanout, _Waiter
+    from console.live.realtime import Fanout, _Waiter
 
     woken = 0
     for group in list(Fanout.here().groups.values()):

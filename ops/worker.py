@@ -105,7 +105,7 @@ class Worker:
     # --- the loop ---
 
     def run(self) -> None:
-        from console import outbox
+        from console.core import outbox
 
         log.info("worker %s: started (a pass every %.1f s when idle)", self.name, self.interval)
         outbox.start(local=False, idle=self.interval)  # outbound HTTP: its own thread

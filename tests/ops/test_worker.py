@@ -70,7 +70,7 @@ def test_a_stop_during_a_mail_finishes_that_mail_and_leaves_the_rest(tenant_a, s
 
 
 def test_run_stops_on_request_and_removes_its_heartbeat(monkeypatch):
-    from console import outbox
+    from console.core import outbox
 
     monkeypatch.setattr(outbox, "start", lambda **kwargs: None)  # no outbound HTTP thread here
     monkeypatch.setattr(outbox, "stop", lambda *args: None)

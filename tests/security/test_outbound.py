@@ -15,9 +15,9 @@ from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus, DeliveryStatus, WebhookDelivery
 from approvals.services import webhooks
-from console import outbox
+from console.core import outbox
+from console.directory.services import sso as sso_services
 from console.models import TenantOidc
-from console.services import sso as sso_services
 from notifications.models import EmailState, OutboundEmail
 from ops.context import Lifecycle
 from ops.worker import Worker
