@@ -30,6 +30,7 @@ from console.core.errors import Invalid, RateLimited
 from console.core.wire import CamelSchema, OptionalCursor, errors
 from console.live import realtime
 from console.web.auth import browser_session, decide_auth, ingest_auth_held
+from ops.context import Lifecycle
 from runs import access as runs_access
 
 router = Router(tags=["approvals"])
@@ -134,7 +135,8 @@ async def _wait_for_decisions(*, run, after, wait: float) -> dict:
     with HeldPolls.holding(run.tenant_id):
         async with realtime.wait_for(group) as woken:
             while True:
-                final = loop.time() >= deadline
+                # A server shutting down answers with what it holds (ops/serving.py).
+                final = loop.time() >= deadline or Lifecycle.draining
                 body, recheck_in = await _answer_now(run=run, after=after, deliver=final)
                 if body is not None:
                     return body

@@ -7,7 +7,6 @@ exceptions (console.errors) mapped here, once.
 
 import asyncio
 import logging
-import uuid
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SynchronousOnlyOperation
@@ -39,6 +38,7 @@ from console.manage.api.oidc import router as oidc_router
 from gateway.access import server_for
 from gateway.api import router as mcp_router
 from notifications.api import router as notifications_router
+from ops.context import current_request_id
 from runs import access as runs_access
 from runs.api import router as runs_router
 from runs.api_state import router as runs_state_router
@@ -398,7 +398,7 @@ def on_http404(request, exc):
 
 
 def request_id() -> str:
-    return "req_" + uuid.uuid4().hex
+    return current_request_id()  # the request's own id (ops/middleware.py), as X-Request-Id
 
 
 @api.exception_handler(Exception)

@@ -113,9 +113,10 @@ def _logged_failure(request) -> str:
     """Django has logged the traceback ("Internal Server Error: <path>"); this line ties it to
     the request id the client is given."""
     import logging
-    import uuid
 
-    rid = "req_" + uuid.uuid4().hex
+    from ops.context import current_request_id
+
+    rid = current_request_id()
     logging.getLogger("console.api").error(
         "internal_error %s on %s %s (traceback above)", rid, request.method, request.path
     )

@@ -13,6 +13,8 @@ import dj_database_url
 import dj_email_url
 from django.core.exceptions import ImproperlyConfigured
 
+from ops import logs as ops_logs
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("GAVEL_VAR_DIR", BASE_DIR / "var"))
 
@@ -102,6 +104,9 @@ def env_database(name: str) -> dict:
         )
     except Exception as exc:  # dj-database-url raises several types
         raise ImproperlyConfigured(f"{name} is not a valid database URL: {exc}") from None
+    # A connection is checked before it is reused after a request: a restarted database
+    # costs at most one failed request per process, not one per stale pooled connection.
+    config["CONN_HEALTH_CHECKS"] = env_bool("DB_CONN_HEALTH_CHECKS", True)
     if config["ENGINE"].endswith("postgresql"):
         options = config.setdefault("OPTIONS", {})
         options["connect_timeout"] = env_int("DB_CONNECT_TIMEOUT", 5)
@@ -214,11 +219,15 @@ INSTALLED_APPS = [
     "notifications",
     "budgets",
     "gateway",  # the MCP gateway (/mcp/{name}: gateway/asgi.py)
+    "ops",  # health, readiness, metrics, request ids, the worker (ops/__init__.py)
 ]
 
 # Django's own middleware through console.middleware: the same classes, with hooks that run on
 # the event loop instead of a thread hop each on the async path (see that module).
 MIDDLEWARE = [
+    # X-Request-Id, request metrics, the request's span. GAVEL_REQUEST_MIDDLEWARE=0 leaves it out
+    # (bench/ops.py measures its cost against a server without it; not for production).
+    *(["ops.middleware.RequestMiddleware"] if env_bool("GAVEL_REQUEST_MIDDLEWARE", True) else []),
     "console.middleware.SecurityMiddleware",
     "console.middleware.ContentSecurityPolicyMiddleware",
     "console.middleware.ApiErrorBodyMiddleware",
@@ -408,10 +417,16 @@ if not DEBUG:
 # console.middleware, and console/checks.py checks for those instead (gavel.W001-W003).
 SILENCED_SYSTEM_CHECKS = ["security.W008", "security.W001", "security.W002", "security.W003"]
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
-}
+# JSON lines with time, level, logger and the request's id; secrets redacted (ops/logs.py).
+LOGGING = ops_logs.config(
+    level=os.environ.get("LOG_LEVEL", "INFO"),
+    fmt=os.environ.get("LOG_FORMAT", "json").strip().lower() or "json",
+)
+
+# Operations (ops/): /metrics answers only `Authorization: Bearer <GAVEL_METRICS_TOKEN>` (unset:
+# 404); /readyz fails when no worker has finished a pass for GAVEL_WORKER_STALE_SECONDS.
+GAVEL_METRICS_TOKEN = os.environ.get("GAVEL_METRICS_TOKEN", "").strip()
+GAVEL_WORKER_STALE_SECONDS = env_int("GAVEL_WORKER_STALE_SECONDS", 60, minimum=5)
+# SIGTERM: how long a server waits for its requests in flight before cancelling them (daphne
+# then exits; keep it under the 10 s an orchestrator allows).
+GAVEL_SHUTDOWN_GRACE_SECONDS = env_int("GAVEL_SHUTDOWN_GRACE_SECONDS", 7, minimum=0)

@@ -6,8 +6,13 @@ from console.accounts import passwords, scim, sso
 from console.accounts import views as accounts
 from console.api import api
 from console.web import pages as views
+from ops import views as ops_views
 
 urlpatterns = [
+    # Health, readiness and metrics: no session, no key (ops/views.py)
+    path("healthz", ops_views.healthz, name="healthz"),
+    path("readyz", ops_views.readyz, name="readyz"),
+    path("metrics", ops_views.metrics, name="metrics"),
     path("api/v1/", api.urls),
     *scim.urlpatterns,  # SCIM 2.0 provisioning (`scim` keys)
     path("accounts/login/", accounts.sign_in, name="login"),

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from console.core import outbox
 from notifications.models import EmailState, OutboundEmail
+from ops.context import Lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,8 @@ def emails_run_due(*, now=None, limit: int = 200) -> int:
     connection = get_connection(fail_silently=False)
     try:
         for email in due:
+            if Lifecycle.draining:  # the worker is stopping: the rest stay due (ops/worker.py)
+                break
             if not _claim(email, now):
                 continue
             error, server_failed = _send(email, connection)

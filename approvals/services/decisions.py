@@ -14,6 +14,7 @@ from console.core.errors import Conflict, Invalid
 from console.directory.services import audit
 from console.live import realtime
 from console.models import ApiKey, Principal
+from ops import instruments
 
 DECISIONS = {"approve": ApprovalStatus.APPROVED, "deny": ApprovalStatus.DENIED}
 UNSET = object()
@@ -91,6 +92,7 @@ def approval_decide(
         approvals_expire_due(approval_ids=[approval.pk])
         raise _conflict(approval)
     approval.refresh_from_db()
+    instruments.approval_decided(approval)  # gavel_approval_decision_seconds
     return approval
 
 

@@ -17,6 +17,7 @@ from approvals.services.decisions import approvals_mark_delivered
 from console.core.errors import Conflict, Invalid
 from console.live import realtime
 from console.models import Tenant
+from ops import instruments
 from runs import access as runs_access
 from runs import schemas as s
 from runs.models import Message, Run, RunEvent, RunStatus, ToolResult, Verdict
@@ -183,6 +184,7 @@ def _apply_new(*, run: Run, events: list, wires: list) -> None:
         EFFECTS[event.type](run, event, wire, writes)
     _log_project(run=run, events=events)
     writes.flush()
+    instruments.events_ingested(events)  # gavel_ingest_events_total, runtime trace ids
 
 
 def _finished_conflict(*, run: Run, seq: int):

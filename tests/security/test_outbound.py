@@ -13,13 +13,14 @@ import pytest
 from django.db import OperationalError, connection
 from django.utils import timezone
 
-from approvals.management.commands import expire_approvals
 from approvals.models import Approval, ApprovalStatus, DeliveryStatus, WebhookDelivery
 from approvals.services import webhooks
 from console.core import outbox
 from console.directory.services import sso as sso_services
 from console.models import TenantOidc
 from notifications.models import EmailState, OutboundEmail
+from ops.context import Lifecycle
+from ops.worker import Worker
 from tests.factories import ApprovalFactory, RunFactory
 from tests.security.endpoints import Endpoint
 
@@ -162,10 +163,6 @@ def test_h4_a_slow_tenant_does_not_hold_another_tenants_deliveries_in_the_server
     assert slow.status == DeliveryStatus.PENDING and slow.attempts == 0  # still in flight
 
 
-class _StopLoop(Exception):
-    pass
-
-
 def test_h4_the_sweep_expires_and_sends_mail_and_webhooks_beside_a_hanging_endpoint(
     tenant_a, tenant_b, endpoints, settings, monkeypatch
 ):
@@ -173,25 +170,13 @@ def test_h4_the_sweep_expires_and_sends_mail_and_webhooks_beside_a_hanging_endpo
     due expiry, nor tenant A's mail, nor tenant A's webhook."""
     settings.GAVEL_OUTBOUND_DEADLINE_SECONDS = 30
     drip, healthy = endpoints("trickle_headers"), endpoints("ok")
-    stopping = threading.Event()
-
-    class Clock:
-        @staticmethod
-        def sleep(seconds):
-            if stopping.is_set():
-                raise _StopLoop
-            time.sleep(seconds)
-
-    monkeypatch.setattr(expire_approvals, "time", Clock)
+    worker = Worker(interval=0.2)  # what `expire_approvals --loop` runs
+    monkeypatch.setattr(Lifecycle, "draining", False)  # restored after request_stop
     slow = webhooks.webhook_test_send(webhook=hook(tenant_b, drip))
 
     def loop():
-        from django.core.management import call_command
-
         try:
-            call_command("expire_approvals", "--loop", "--interval", "0.2")
-        except _StopLoop:
-            pass
+            worker.run()
         finally:
             connection.close()
 
@@ -219,7 +204,7 @@ def test_h4_the_sweep_expires_and_sends_mail_and_webhooks_beside_a_hanging_endpo
         slow.refresh_from_db()
         assert slow.attempts == 0  # tenant B's request is still hanging, on its own
     finally:
-        stopping.set()
+        worker.request_stop()
         sweeper.join(10)
 
 

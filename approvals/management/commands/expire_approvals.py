@@ -15,15 +15,13 @@ reminders, escalations, mail) never waits on an endpoint. Mail is the sweep's al
 here, never in a server process (console/outbox.py), so without a running sweep mail is
 written and stays pending. A round that did work is followed at once by the next (a backlog
 drains at full speed); an idle one sleeps `--interval`.
+
+`--loop` is now `manage.py worker` (ops/worker.py: it survives lost connections, finishes the
+item in hand on SIGTERM and writes a heartbeat); this spelling keeps working.
 """
 
-import time
-
-from django.core.management.base import BaseCommand, CommandError
-from django.db import close_old_connections
-
-from console.core import outbox
-from notifications.sweep import sweep
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
 
 
 class Command(BaseCommand):
@@ -39,30 +37,5 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, loop=False, interval=1.0, **options):
-        if interval <= 0:
-            raise CommandError("--interval must be a positive number of seconds")
-        if not loop:
-            self.stdout.write(_report(sweep()))
-            return
-        outbox.start(local=False, idle=interval)  # outbound HTTP: its own thread
-        try:
-            while True:
-                counts = sweep(http=False)
-                busy = any(counts.values())
-                if busy:
-                    self.stdout.write(_report(counts))
-                    self.stdout.flush()
-                close_old_connections()
-                if not busy:  # more may be due at once (a backlog of mail): no sleep after work
-                    time.sleep(interval)
-        finally:
-            outbox.stop()
-
-
-def _report(counts: dict[str, int]) -> str:
-    counts = dict(counts)
-    done = (
-        f"expired {counts.pop('expired')} approvals, sent {counts.pop('reminded')} reminders "
-        f"and {counts.pop('escalated')} escalations"
-    )
-    return done + ", attempted " + ", ".join(f"{n} {name}" for name, n in counts.items())
+        # `--loop` is the worker's old spelling (ops/worker.py); once: one pass.
+        call_command("worker", interval=interval, once=not loop, stdout=self.stdout)
