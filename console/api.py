@@ -34,6 +34,7 @@ from console.errors import DatabaseUnavailable, GavelError
 from console.schemas import strict_json, unstorable_text
 from console.services.auditlog import audit_refused
 from notifications.api import router as notifications_router
+from retention.api import router as retention_router
 from runs.api import router as runs_router
 from runs.api_state import router as runs_state_router
 
@@ -422,3 +423,4 @@ api.add_router("/", directory_router)  # principals, roles, teams (admin)
 api.add_router("/", keys_router)  # API keys, tenant settings (admin)
 api.add_router("/", audit_router)  # the audit log (admin)
 api.add_router("/", oidc_router)  # single sign-on settings (admin)
+api.add_router("/", retention_router)  # retention policy, run and tenant exports (admin)

@@ -213,6 +213,7 @@ INSTALLED_APPS = [
     "approvals",
     "notifications",
     "budgets",
+    "retention",  # retention policies, pruning, exports (issue #27)
 ]
 
 # Django's own middleware through console.middleware: the same classes, with hooks that run on
