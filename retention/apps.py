@@ -7,3 +7,18 @@ class RetentionConfig(AppConfig):
 
     name = "retention"
     verbose_name = "Gavel retention and export"
+
+    def ready(self):
+        # The sweep / worker prunes a batch per pass while a backlog lasts, else looks once a
+        # minute (retention.prune.prune_due); never a server's outbox thread.
+        from console import outbox
+        from retention import prune
+
+        outbox.register(
+            outbox.Sender(
+                name="retention",
+                run_due=prune.prune_due,
+                next_due=lambda: None,
+                sweep_only=True,
+            )
+        )

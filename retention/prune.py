@@ -292,3 +292,19 @@ def prune_all(*, batch: int = BATCH, now=None, pause: float = 0.0, limit: int | 
         yield done
         if pause:
             time.sleep(pause)
+
+
+IDLE_EVERY = 60.0  # seconds between the sweep's looks when the last step found nothing
+_next_look = {"at": 0.0}
+
+
+def prune_due(*, now=None) -> int:
+    """The sweep's (and the worker's) step, registered as an outbox sender
+    (retention.apps): one `prune_once` when the last one removed something (a backlog goes
+    on at once, a batch per pass), else at most once a minute. Returns the rows removed."""
+    clock = time.monotonic()
+    if clock < _next_look["at"]:
+        return 0
+    removed = sum(prune_once(now=now).values())
+    _next_look["at"] = 0.0 if removed else clock + IDLE_EVERY
+    return removed

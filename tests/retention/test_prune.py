@@ -320,3 +320,19 @@ def test_the_prune_command_refuses_a_bad_batch():
 
     with pytest.raises(CommandError, match="--batch"):
         call_command("prune", "--batch", "0")
+
+
+def test_the_sweep_prunes_a_batch_per_pass_then_looks_once_a_minute(tenant_a, monkeypatch):
+    from console import outbox
+    from retention import prune
+
+    monkeypatch.setitem(prune._next_look, "at", 0.0)
+    RetentionPolicy.objects.create(tenant=tenant_a, run_days=30)
+    _run_with_rows(tenant_a, "run_old", age_days=40, events=3)
+    assert outbox.run_due()["retention"] == 3  # the events, one batch
+    assert outbox.run_due()["retention"] == 3  # the messages ...
+    assert outbox.run_due()["retention"] == 1  # ... then the run
+    assert outbox.run_due()["retention"] == 0  # nothing left: the next look is a minute away
+    _run_with_rows(tenant_a, "run_old_2", age_days=40, events=3)
+    assert outbox.run_due()["retention"] == 0
+    assert "retention" not in outbox.run_due(in_server=True)  # never in a server process
