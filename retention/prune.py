@@ -54,6 +54,7 @@ log = logging.getLogger("gavel.retention")
 
 BATCH = 500
 AUDIT_CUT_EVERY = timedelta(hours=1)  # how often a tenant's pruned audit prefix may move
+RUN_BUDGET = 0.25  # seconds of run steps per tenant in one prune_once (0: a single step)
 THROTTLE_KEEP = timedelta(days=1)  # sign-in and refusal throttle rows idle this long go
 
 # A run's own rows, largest first: each deleted in batches before the run row.
@@ -251,14 +252,28 @@ def _add(total: dict, done: dict) -> None:
             total[name] = total.get(name, 0) + count
 
 
-def prune_once(*, batch: int = BATCH, now=None) -> dict:
-    """One small step of every kind of pruning, for every tenant. Returns the rows removed by
+def _prune_runs_for(tenant_id: int, days: int, now, batch: int, budget: float) -> dict:
+    """Run steps (each its own transaction of at most `batch` rows) for up to `budget`
+    seconds: a backlog of old runs goes at a useful pace without one long transaction."""
+    total: dict = {}
+    deadline = time.monotonic() + budget
+    while done := _prune_runs(tenant_id, days, now, batch):
+        _add(total, done)
+        if time.monotonic() >= deadline:
+            break
+    return total
+
+
+def prune_once(*, batch: int = BATCH, now=None, budget: float | None = None) -> dict:
+    """One small step of every kind of pruning, for every tenant (old runs: steps for up to
+    `budget` seconds, each a transaction of at most `batch` rows). Returns the rows removed by
     kind (only kinds with a count; `{}`: nothing was due). A tenant whose step fails (the
     database busy or gone) is logged and left for the next call: this never raises on a
     DatabaseError, so the worker's loop goes on."""
     if batch < 1:
         raise ValueError("batch must be at least 1")
     now = now or timezone.now()
+    budget = RUN_BUDGET if budget is None else budget
     total: dict = {}
     try:
         _add(total, _prune_shared(now, batch))
@@ -269,7 +284,7 @@ def prune_once(*, batch: int = BATCH, now=None) -> dict:
         try:
             policy = policy_of(tenant.pk)
             if policy["run_days"] is not None:
-                _add(total, _prune_runs(tenant.pk, policy["run_days"], now, batch))
+                _add(total, _prune_runs_for(tenant.pk, policy["run_days"], now, batch, budget))
             _add(total, _prune_outbox(tenant.pk, policy, now, batch))
             if tenant.audit_retention_days is not None:
                 _add(total, _prune_audit(tenant, tenant.audit_retention_days, now, batch))
@@ -280,18 +295,34 @@ def prune_once(*, batch: int = BATCH, now=None) -> dict:
     return total
 
 
-def prune_all(*, batch: int = BATCH, now=None, pause: float = 0.0, limit: int | None = None):
+DUTY = 0.25  # the share of wall time pruning may take while a backlog lasts
+
+
+def _rest(elapsed: float, duty: float) -> float:
+    """Seconds to wait after a step of `elapsed` seconds so pruning takes `duty` of the time."""
+    return elapsed * (1 - duty) / duty
+
+
+def prune_all(
+    *, batch: int = BATCH, now=None, pause: float = 0.0, duty: float = 1.0, limit: int | None = None
+):
     """`prune_once` until a step removes nothing (or after `limit` steps): yields each
-    step's counts. `pause` seconds between steps leave the database to other work."""
+    step's counts. Between steps it waits `pause` seconds, and long enough that pruning
+    takes at most `duty` (0..1] of the wall time, which leaves the database and the CPUs to
+    ingest (bench/retention.py measures the effect)."""
+    if not 0 < duty <= 1:
+        raise ValueError("duty must be in (0, 1]")
     steps = 0
     while limit is None or steps < limit:
+        started = time.monotonic()
         done = prune_once(batch=batch, now=now)
         steps += 1
         if not done:
             return
         yield done
-        if pause:
-            time.sleep(pause)
+        wait = pause + _rest(time.monotonic() - started, duty)
+        if wait:
+            time.sleep(wait)
 
 
 IDLE_EVERY = 60.0  # seconds between the sweep's looks when the last step found nothing
@@ -300,11 +331,12 @@ _next_look = {"at": 0.0}
 
 def prune_due(*, now=None) -> int:
     """The sweep's (and the worker's) step, registered as an outbox sender
-    (retention.apps): one `prune_once` when the last one removed something (a backlog goes
-    on at once, a batch per pass), else at most once a minute. Returns the rows removed."""
+    (retention.apps): while a backlog lasts, a `prune_once` per pass, paced to take at most
+    DUTY of the time; else a look once a minute. Returns the rows removed."""
     clock = time.monotonic()
     if clock < _next_look["at"]:
         return 0
     removed = sum(prune_once(now=now).values())
-    _next_look["at"] = 0.0 if removed else clock + IDLE_EVERY
+    elapsed = time.monotonic() - clock
+    _next_look["at"] = clock + elapsed + _rest(elapsed, DUTY) if removed else clock + IDLE_EVERY
     return removed

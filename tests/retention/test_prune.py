@@ -56,7 +56,7 @@ def test_old_runs_go_with_their_rows_in_batches_young_and_pending_ones_stay(tena
     ApprovalFactory(run=waiting, tool_call_id="c2")  # pending: never pruned under a runtime
     other = _run_with_rows(tenant_b, "run_old", age_days=400)  # tenant B keeps runs forever
 
-    first = prune_once(batch=5)
+    first = prune_once(batch=5, budget=0)
     assert first == {"runRows": 5}  # one small batch of the oldest run's events, no more
     total = _prune(batch=5)
     assert total["runs"] == 1 and total["approvals"] == 1
@@ -67,6 +67,7 @@ def test_old_runs_go_with_their_rows_in_batches_young_and_pending_ones_stay(tena
         assert Run.objects.filter(pk=kept.pk).exists()
         assert RunEvent.objects.filter(run=kept).count() == 7
     assert prune_once(batch=5) == {}  # nothing left to do
+    assert all(RunEvent.objects.filter(run=r).exists() for r in (young, waiting, other))
 
 
 def test_sent_mail_delivered_webhooks_and_read_notifications_go_the_rest_stays(tenant_a, admin_a):
@@ -315,11 +316,25 @@ def test_the_prune_command_says_what_it_did(tenant_a, capsys):
     assert "Nothing to prune." in capsys.readouterr().out
 
 
-def test_the_prune_command_refuses_a_bad_batch():
+def test_the_prune_command_refuses_bad_numbers(db):
     from django.core.management.base import CommandError
 
     with pytest.raises(CommandError, match="--batch"):
         call_command("prune", "--batch", "0")
+    with pytest.raises(CommandError, match="--duty"):
+        call_command("prune", "--duty", "0")
+
+
+def test_pruning_rests_between_steps_to_keep_its_share_of_time(tenant_a, monkeypatch):
+    from retention import prune
+
+    RetentionPolicy.objects.create(tenant=tenant_a, run_days=30)
+    _run_with_rows(tenant_a, "run_old", age_days=40, events=3)
+    waits = []
+    monkeypatch.setattr(prune, "RUN_BUDGET", 0)  # one run step per prune_once
+    monkeypatch.setattr(prune.time, "sleep", waits.append)
+    assert sum(sum(d.values()) for d in prune.prune_all(duty=0.25)) == 7
+    assert len(waits) == 3 and all(w > 0 for w in waits)  # three times each step's time
 
 
 def test_the_sweep_prunes_a_batch_per_pass_then_looks_once_a_minute(tenant_a, monkeypatch):
@@ -329,6 +344,8 @@ def test_the_sweep_prunes_a_batch_per_pass_then_looks_once_a_minute(tenant_a, mo
     monkeypatch.setitem(prune._next_look, "at", 0.0)
     RetentionPolicy.objects.create(tenant=tenant_a, run_days=30)
     _run_with_rows(tenant_a, "run_old", age_days=40, events=3)
+    monkeypatch.setattr(prune, "DUTY", 1.0)  # no rest between steps (the default paces them)
+    monkeypatch.setattr(prune, "RUN_BUDGET", 0)  # one run step per pass
     assert outbox.run_due()["retention"] == 3  # the events, one batch
     assert outbox.run_due()["retention"] == 3  # the messages ...
     assert outbox.run_due()["retention"] == 1  # ... then the run

@@ -73,9 +73,11 @@ poller = threading.Thread(target=poll)
 poller.start()
 time.sleep(1.5)  # the poll is held
 status, listed = call("get", "/api/v1/approvals?status=pending", decide)
-out["pending"] = (status, [a["toolCallId"] for a in listed.get("items", [])] if status == 200 else listed)
-approval = listed["items"][0]["id"]
-out["decision"] = call("post", f"/api/v1/approvals/{approval}/decision", decide, {"decision": "approve"})
+items = listed.get("items", []) if status == 200 else []
+out["pending"] = (status, [a["toolCallId"] for a in items] if status == 200 else listed)
+approval = items[0]["id"] if items else "none"
+body = {"decision": "approve"}
+out["decision"] = call("post", f"/api/v1/approvals/{approval}/decision", decide, body)
 poller.join(30)
 out["poll"] = held.get("answer")
 out["pollSeconds"] = held.get("seconds")

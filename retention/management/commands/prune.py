@@ -3,7 +3,7 @@ nothing is due (the worker does the same a step at a time: retention.prune.prune
 
 from django.core.management.base import BaseCommand, CommandError
 
-from retention.prune import BATCH, prune_all
+from retention.prune import BATCH, DUTY, prune_all
 
 
 class Command(BaseCommand):
@@ -14,16 +14,25 @@ class Command(BaseCommand):
         parser.add_argument(
             "--pause", type=float, default=0.0, help="seconds to wait between steps (default 0)"
         )
+        parser.add_argument(
+            "--duty",
+            type=float,
+            default=DUTY,
+            help="the share of wall time pruning may take, 0..1 (default 0.25: it rests three "
+            "times as long as each step took)",
+        )
         parser.add_argument("--max-steps", type=int, default=None, help="stop after N steps")
 
-    def handle(self, *args, batch, pause, max_steps, **options):
+    def handle(self, *args, batch, pause, duty, max_steps, **options):
         if batch < 1 or batch > 10_000:
             raise CommandError("--batch must be between 1 and 10000")
         if pause < 0 or (max_steps is not None and max_steps < 1):
             raise CommandError("--pause must be >= 0 and --max-steps >= 1")
+        if not 0 < duty <= 1:
+            raise CommandError("--duty must be more than 0 and at most 1")
         total: dict = {}
         steps = 0
-        for done in prune_all(batch=batch, pause=pause, limit=max_steps):
+        for done in prune_all(batch=batch, pause=pause, duty=duty, limit=max_steps):
             steps += 1
             for name, count in done.items():
                 total[name] = total.get(name, 0) + count
