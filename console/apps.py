@@ -10,7 +10,7 @@ class ConsoleConfig(AppConfig):
         # every sign-in records its time in the session (console.signin's receiver); the sweep
         # seals audit entries whose commit-time seal was skipped (console.services.auditlog)
         # and signs the audit chains' heads (console.services.auditcheckpoints).
-        from console import checks, outbox, realtime, signin  # noqa: F401
+        from console import checks, deploy_checks, outbox, realtime, signin  # noqa: F401
         from console.services import auditcheckpoints, auditlog
 
         outbox.register(

@@ -53,6 +53,7 @@ from runs import models as run_models
 log = logging.getLogger("gavel.retention")
 
 BATCH = 500
+RUNS_PER_STEP = 50  # old runs a step works on together (their rows in batches of BATCH)
 AUDIT_CUT_EVERY = timedelta(hours=1)  # how often a tenant's pruned audit prefix may move
 RUN_BUDGET = 0.25  # seconds of run steps per tenant in one prune_once (0: a single step)
 THROTTLE_KEEP = timedelta(days=1)  # sign-in and refusal throttle rows idle this long go
@@ -81,12 +82,14 @@ def policy_of(tenant_id: int) -> dict:
     return row or dict(DEFAULTS)
 
 
-def _delete_batch(qs, batch: int) -> int:
-    """Delete up to `batch` rows of `qs` (by primary key, oldest first), in a transaction of
-    its own; cascades and SET NULLs as the models say."""
+def _delete_batch(qs, batch: int, *, ordered: bool = True) -> int:
+    """Delete up to `batch` rows of `qs` (by primary key, oldest first unless `ordered` is
+    off: then whichever the index finds first), in a transaction of its own; cascades and
+    SET NULLs as the models say."""
     model = qs.model
     with transaction.atomic():
-        pks = list(qs.order_by("pk").values_list("pk", flat=True)[:batch])
+        picked = qs.order_by("pk") if ordered else qs.order_by()
+        pks = list(picked.values_list("pk", flat=True)[:batch])
         if not pks:
             return 0
         _, by_model = model.objects.filter(pk__in=pks).delete()
@@ -97,36 +100,37 @@ def _delete_batch(qs, batch: int) -> int:
 
 
 def _prune_runs(tenant_id: int, days: int, now, batch: int) -> dict:
-    """One step on the tenant's oldest prunable run: a batch of its rows, or, when it has
-    none left, its approvals and the run itself (re-checked under its row lock)."""
+    """One step on the tenant's oldest prunable runs (up to RUNS_PER_STEP of them): a batch
+    of their rows, or, when they have none left, their approvals and the runs themselves
+    (re-checked under their row locks: a run that moved meanwhile is left alone)."""
     cutoff = now - timedelta(days=days)
-    candidates = (
+    prunable = (
         run_models.Run.objects.filter(
             tenant_id=tenant_id, started_at__lt=cutoff, updated_at__lt=cutoff
         )
         .exclude(approvals__status=ApprovalStatus.PENDING)
         .order_by("started_at", "id")
-        .values_list("pk", flat=True)
     )
-    run_pk = candidates.first()
-    if run_pk is None:
+    runs = list(prunable.values_list("pk", flat=True)[:RUNS_PER_STEP])
+    if not runs:
         return {}
     for child in RUN_CHILDREN:
-        if done := _delete_batch(child.objects.filter(run_id=run_pk), batch):
+        if done := _delete_batch(child.objects.filter(run_id__in=runs), batch, ordered=False):
             return {"runRows": done}
     with transaction.atomic():
-        run = (
-            run_models.Run.objects.select_for_update()
-            .filter(pk=run_pk, updated_at__lt=cutoff)
-            .exclude(approvals__status=ApprovalStatus.PENDING)
-            .first()
+        locked = list(
+            prunable.filter(pk__in=runs)
+            .select_for_update(of=("self",))
+            .values_list("pk", flat=True)
         )
-        if run is None:  # it moved meanwhile: left alone
+        if not locked:
             return {}
-        Approval.objects.filter(run_id=run_pk, mirror_of__isnull=False).delete()
-        approvals, _ = Approval.objects.filter(run_id=run_pk).delete()
-        run.delete()
-    return {"runs": 1, "approvals": approvals}
+        Approval.objects.filter(run_id__in=locked, mirror_of__isnull=False).delete()
+        _, approvals = Approval.objects.filter(run_id__in=locked).delete()
+        _, removed = run_models.Run.objects.filter(pk__in=locked).delete()
+    done = {"runs": removed.get(run_models.Run._meta.label, 0)}
+    done["approvals"] = sum(n for label, n in approvals.items() if label == Approval._meta.label)
+    return done
 
 
 def _prune_outbox(tenant_id: int, policy: dict, now, batch: int) -> dict:
