@@ -8,10 +8,10 @@ from django.http import StreamingHttpResponse
 from ninja import Field, Router
 from pydantic import StrictInt
 
-from console import signin
-from console.auth import CapableSession, PrincipalKeyAuth
-from console.schemas import CamelSchema, errors
-from console.services.auditcheckpoints import audit_checkpoint
+from console.audit.checkpoints import audit_checkpoint
+from console.core.wire import CamelSchema, errors
+from console.directory import signin
+from console.web.auth import CapableSession, PrincipalKeyAuth
 from retention import export, policy
 
 router = Router(tags=["retention and export"])

@@ -11,7 +11,7 @@ class RetentionConfig(AppConfig):
     def ready(self):
         # The sweep / worker prunes a batch per pass while a backlog lasts, else looks once a
         # minute (retention.prune.prune_due); never a server's outbox thread.
-        from console import outbox
+        from console.core import outbox
         from retention import prune
 
         outbox.register(

@@ -24,13 +24,14 @@ from pydantic.alias_generators import to_camel
 from approvals.models import DECIDED, Approval
 from approvals.schemas import ApprovalOut, approval_resource
 from budgets.spend import run_costs
-from console import access
+from console.directory import access
+from console.directory.selectors import principal_resource
+from console.directory.services.tenant import tenant_settings
+from console.manage.selectors_audit import _wire as audit_wire
+from console.manage.selectors_audit import audit_resource
 from console.models import AuditEvent, Principal, Tenant
-from console.selectors_audit import _wire as audit_wire
-from console.selectors_audit import audit_resource
-from console.selectors_directory import principal_resource
-from console.services.tenant import tenant_settings
 from retention.policy import retention_settings
+from runs import access as runs_access
 from runs.models import Run
 from runs.selectors_state import decision_item, run_state_render
 
@@ -92,7 +93,7 @@ def run_export(*, run: Run) -> dict:
 def run_export_for(*, viewer, run_id: str) -> dict:
     """The viewer's run (404 outside its tenant) exported; `admin` only."""
     access.require_capability(viewer, "admin")
-    return run_export(run=access.run_for(viewer=viewer, run_id=run_id))
+    return run_export(run=runs_access.run_for(viewer=viewer, run_id=run_id))
 
 
 def _line(kind: str, data) -> str:

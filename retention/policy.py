@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from console import access
+from console.audit.log import audit
+from console.directory import access
+from console.directory.services.wire import actor_fields
 from console.models import Tenant
-from console.services import audit
-from console.services.wire import actor_fields
 from retention.models import DEFAULTS, RetentionPolicy
 
 MIN_DAYS, MAX_DAYS = 1, 3650

@@ -33,12 +33,12 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus, DeliveryStatus, WebhookDelivery
-from console.models import AuditEvent, AuditRefusalThrottle, SigninThrottle, Tenant, UserSession
-from console.services.auditcheckpoints import (
+from console.audit.checkpoints import (
     audit_checkpoint,
     checkpoint_terms,
     latest_valid_checkpoint,
 )
+from console.models import AuditEvent, AuditRefusalThrottle, SigninThrottle, Tenant, UserSession
 from notifications.models import (
     CallBatch,
     EmailState,

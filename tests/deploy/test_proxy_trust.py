@@ -8,7 +8,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import RequestFactory
 
-from console import signin
+from console.core import request as signin
 from console.models import AuditEvent
 from console.settings import env_cidrs
 from tests.conftest import ApiClient

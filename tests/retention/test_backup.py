@@ -16,9 +16,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from console.audit.log import audit, audit_seal_due, audit_verify
 from console.models import AuditEvent, Tenant
-from console.services import audit
-from console.services.auditlog import audit_seal_due, audit_verify
 from retention.prune import prune_all
 from tests.factories import make_key
 from tests.sdk.live import PYTHON, ROOT

@@ -11,10 +11,9 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus, DeliveryStatus, Webhook, WebhookDelivery
-from console import auditchain
+from console.audit.log import audit, audit_seal_due, audit_verify
+from console.core import auditchain
 from console.models import AuditCheckpoint, AuditEvent, SigninThrottle, Tenant, UserSession
-from console.services import audit
-from console.services.auditlog import audit_seal_due, audit_verify
 from notifications.models import EmailState, Notification, OutboundEmail
 from retention.models import RetentionPolicy
 from retention.prune import prune_all, prune_once
@@ -338,7 +337,7 @@ def test_pruning_rests_between_steps_to_keep_its_share_of_time(tenant_a, monkeyp
 
 
 def test_the_sweep_prunes_a_batch_per_pass_then_looks_once_a_minute(tenant_a, monkeypatch):
-    from console import outbox
+    from console.core import outbox
     from retention import prune
 
     monkeypatch.setitem(prune._next_look, "at", 0.0)
