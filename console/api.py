@@ -39,6 +39,7 @@ from gateway.access import server_for
 from gateway.api import router as mcp_router
 from notifications.api import router as notifications_router
 from ops.context import current_request_id
+from retention.api import router as retention_router
 from runs import access as runs_access
 from runs.api import router as runs_router
 from runs.api_state import router as runs_state_router
@@ -431,3 +432,4 @@ api.add_router("/", keys_router)  # API keys, tenant settings (admin)
 api.add_router("/", audit_router)  # the audit log (admin)
 api.add_router("/", oidc_router)  # single sign-on settings (admin)
 api.add_router("/", mcp_router)  # upstream MCP servers of the gateway (admin)
+api.add_router("/", retention_router)  # retention policy, run and tenant exports (admin)

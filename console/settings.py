@@ -56,6 +56,20 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_cidrs(name: str) -> tuple:
+    """A comma list of networks (`10.0.0.0/8`, `127.0.0.1`, `fd00::/8`); anything else stops
+    start-up, naming the entry."""
+    import ipaddress
+
+    networks = []
+    for item in env_list(name, []):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {item!r} is not an IP network") from None
+    return tuple(networks)
+
+
 def env_secret(name: str, *, debug: bool) -> str:
     value = os.environ.get(name, "")
     if value:
@@ -220,6 +234,7 @@ INSTALLED_APPS = [
     "budgets",
     "gateway",  # the MCP gateway (/mcp/{name}: gateway/asgi.py)
     "ops",  # health, readiness, metrics, request ids, the worker (ops/__init__.py)
+    "retention",  # retention policies, pruning, exports (issue #27)
 ]
 
 # Django's own middleware through console.middleware: the same classes, with hooks that run on
@@ -399,6 +414,10 @@ GAVEL_REAUTH_SECONDS = 15 * 60
 # How many proxies (load balancers) in front of the app append to X-Forwarded-For; 0: the
 # client's address is REMOTE_ADDR and X-Forwarded-For is not read at all.
 GAVEL_TRUSTED_PROXIES = env_int("GAVEL_TRUSTED_PROXIES", 0)
+# Trust by address (issue 27): X-Forwarded-For is read only from a peer inside these networks
+# (the load balancers), and the client is its rightmost entry outside them. When set, it
+# replaces the count above, so a server reached directly cannot be told a forged address.
+GAVEL_TRUSTED_PROXY_CIDRS = env_cidrs("GAVEL_TRUSTED_PROXY_CIDRS")
 
 # Production hardening. TLS ends at the load balancer, which sets X-Forwarded-Proto.
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

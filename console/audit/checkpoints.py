@@ -4,8 +4,9 @@ hold, stored as an `AuditCheckpoint` row and written to the log (logger
 `gavel.audit.checkpoint`, INFO), so the head is anchored outside the table: removing the
 newest entries leaves a checkpoint beyond the head, rewriting the chain leaves one whose hash
 no longer matches. Made by verify (when the chain is intact), by the exports and by the sweep
-(when the head moved and the last checkpoint is CHECKPOINT_EVERY old). Pruning (issue #27)
-will record the pruned prefix's last position and hash in the checkpoint that replaces it."""
+(when the head moved and the last checkpoint is CHECKPOINT_EVERY old). Pruning (issue #27,
+retention/prune.py) records the pruned prefix's last position and hash in a checkpoint of its
+own before it deletes; every later checkpoint carries that prefix forward, never back."""
 
 import json
 import logging
@@ -80,11 +81,20 @@ def audit_checkpoint(*, tenant: Tenant, by: str, terms: dict | None = None) -> A
     """Sign the tenant's chain head now, unless the latest checkpoint already names it
     (then that one). `terms`: keyed_from and the pruned prefix (default: the latest
     checkpoint's; the caller that verified the chain passes what it verified against)."""
+    Tenant.objects.select_for_update().filter(pk=tenant.pk).exists()  # one signer at a time
     position, head_hash = chain_head(tenant_id=tenant.pk)
     latest = latest_valid_checkpoint(tenant=tenant)
-    if latest is not None and (latest.position, latest.head_hash) == (position, head_hash):
+    held = checkpoint_terms(latest)
+    terms = terms or held
+    if held["pruned_through"] > terms["pruned_through"]:  # pruned since the caller looked
+        terms = {
+            **terms,
+            "pruned_through": held["pruned_through"],
+            "pruned_hash": held["pruned_hash"],
+        }
+    named = latest is not None and (latest.position, latest.head_hash) == (position, head_hash)
+    if named and terms == held:
         return latest
-    terms = terms or checkpoint_terms(latest)
     at = timezone.now()
     statement = auditchain.checkpoint_statement(
         tenant=tenant.slug, position=position, head_hash=head_hash, at=at, by=by, **terms

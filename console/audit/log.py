@@ -210,7 +210,10 @@ def audit_verify(*, tenant) -> dict:
     (None when the chain's end is missing). An intact chain gets a fresh checkpoint (when
     its head moved), which the answer carries."""
     audit_seal_due_for(tenant_id=tenant.pk)
+    before = latest_checkpoint(tenant_id=tenant.pk)
     result = _walk(tenant)
+    if not result["ok"] and latest_checkpoint(tenant_id=tenant.pk) != before:
+        result = _walk(tenant)  # a prune moved the chain's start meanwhile: walk it again
     checkpoint = None
     if result["ok"]:
         checkpoint = audit_checkpoint(tenant=tenant, by="verify", terms=result.pop("terms"))

@@ -22,6 +22,7 @@ from console.directory.services import keys as key_services
 from console.directory.services import tenant as tenant_services
 from console.manage.common import admin_view, manage_page
 from console.manage.forms_keys import KeyForm, SettingsForm, WebhookForm, settings_initial
+from retention.policy import retention_settings
 
 TIME_ZONES = sorted(available_timezones())  # the settings form's suggestions
 
@@ -150,6 +151,7 @@ def _settings_page(request, *, form=None, saved=False, status=200):
         "held": held,
         "saved": saved,
         "time_zones": TIME_ZONES,
+        "retention": retention_settings(request.viewer.tenant),
     }
     return manage_page(request, "manage/settings.html", context, tab="settings", status=status)
 
