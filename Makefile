@@ -22,9 +22,9 @@ migrate: install
 
 # The embedded default: SQLite under var/, the in-process channel layer, a demo tenant,
 # a printed admin login and a simulated agent producing live runs and held calls.
+# serve_demo checks the port first, then runs demo_setup; the logins are printed once.
 run: migrate
-	DEBUG=$${DEBUG-1} $(PY) manage.py demo_setup
-	DEBUG=$${DEBUG-1} HOST=$(HOST) PORT=$(PORT) $(PY) manage.py serve_demo
+	@DEBUG=$${DEBUG-1} HOST=$(HOST) PORT=$(PORT) $(PY) manage.py serve_demo
 
 # axe-core for the accessibility tests, from tests/browser/node's package-lock.json.
 AXE := tests/browser/node/node_modules/axe-core/axe.min.js
