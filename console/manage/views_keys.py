@@ -14,7 +14,7 @@ from django.urls import path
 
 from approvals import selectors_webhooks
 from approvals.services import webhooks as webhook_services
-from console import access
+from console import access, links
 from console.accounts import require_recent_auth
 from console.errors import Conflict, Invalid
 from console.manage.common import admin_view, manage_page
@@ -45,7 +45,7 @@ def _keys_page(request, *, form=None, created=None, cursor=None, refused=None, s
         "grace_choices": key_rotation.GRACE_CHOICES,
         "default_grace": key_rotation.DEFAULT_GRACE_SECONDS,
         "refused": refused,
-        "scim_base_url": request.build_absolute_uri("/scim/v2/"),
+        "scim_base_url": links.public_url("/scim/v2/"),
     }
     return manage_page(request, "manage/keys.html", context, tab="keys", status=status)
 
@@ -174,7 +174,7 @@ def _settings_page(request, *, form=None, saved=False, status=200):
         "held": held,
         "saved": saved,
         "time_zones": TIME_ZONES,
-        "scim_base_url": request.build_absolute_uri("/scim/v2/"),
+        "scim_base_url": links.public_url("/scim/v2/"),
         "scim_keys": [
             k
             for k in access.keys_of(viewer=request.viewer).order_by("-pk")[:500]
