@@ -26,7 +26,7 @@ REFUSED = (
     "Your account's roles do not include it. If you need it, ask an admin of your organisation.",
 )
 MISSING = (
-    "Nothing here",
+    "Not found",
     "What this link pointed to does not exist, or was removed. Check the address, or start "
     "again from the menu.",
 )
