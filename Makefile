@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test fuzz lint format bench bench-quick migrate clean
+.PHONY: install run test fuzz lint format bench bench-quick migrate clean browser-deps screenshots
 
 $(STAMP): pyproject.toml sdk/pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) is required (set PYTHON=...)"; exit 1; }
@@ -22,11 +22,19 @@ migrate: install
 
 # The embedded default: SQLite under var/, the in-process channel layer, a demo tenant,
 # a printed admin login and a simulated agent producing live runs and held calls.
+# serve_demo checks the port first, then runs demo_setup; the logins are printed once.
 run: migrate
-	DEBUG=$${DEBUG-1} $(PY) manage.py demo_setup
-	DEBUG=$${DEBUG-1} HOST=$(HOST) PORT=$(PORT) $(PY) manage.py serve_demo
+	@DEBUG=$${DEBUG-1} HOST=$(HOST) PORT=$(PORT) $(PY) manage.py serve_demo
 
-test: install
+# axe-core for the accessibility tests, from tests/browser/node's package-lock.json.
+AXE := tests/browser/node/node_modules/axe-core/axe.min.js
+$(AXE): tests/browser/node/package.json tests/browser/node/package-lock.json
+	cd tests/browser/node && npm ci --ignore-scripts --no-audit --no-fund
+	touch $(AXE)
+
+browser-deps: $(AXE)
+
+test: install browser-deps
 	SECRET_KEY=$${SECRET_KEY-test-only-secret-key-not-for-production} \
 	  $(PY) -m pytest $(PYTEST_ARGS)
 
@@ -60,6 +68,12 @@ bench-quick: install
 	DATABASE_URL=$${BENCH_QUICK_DATABASE_URL-postgres://postgres@127.0.0.1:5432/gavel_bench_quick} \
 	  REDIS_URL=$${REDIS_URL-$(BENCH_REDIS_URL)} REDIS_PREFIX=gavel-bench-quick-$$$$ \
 	  $(PY) -m bench --quick $(BENCH)
+
+# Every page at 1440 px and 390 px, light and dark, as each persona:
+# docs/screenshots/<page>-<width>-<light|dark>.png.
+screenshots: install browser-deps
+	SECRET_KEY=$${SECRET_KEY-test-only-secret-key-not-for-production} GAVEL_SCREENSHOTS=docs/screenshots \
+	  $(PY) -m pytest -p no:cacheprovider tests/browser/test_page_tour.py -k screenshots $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) var build .pytest_cache .ruff_cache

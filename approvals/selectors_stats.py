@@ -139,9 +139,9 @@ def decision_stats(*, viewer, days=30, now=None) -> dict:
     return {
         "days": days,
         "since": since,
-        "percentiles_by": "PostgreSQL percentile_cont"
+        "percentiles_by": "over every decision of the period"
         if connection.vendor == "postgresql"
-        else f"Python, over the newest {STATS_SCAN:,} decisions (SQLite)",
+        else f"over the newest {STATS_SCAN:,} decisions of the period",
         "by_tool": _rows(calls, {"tool": F("tool_name")}),
         "by_agent": _rows(calls, {"agent": F("run__current_agent_id")}),
         "by_reviewer": _rows(

@@ -20,6 +20,7 @@ from approvals.services.requests import approvals_request
 from budgets import rules, spend
 from budgets.models import OVERRIDE_TOOL, BudgetOverride, OverBudget
 from console.core.errors import Conflict
+from console.core.formatting import money
 from console.live import realtime
 from runs import access as runs_access
 from runs.models import RunStatus
@@ -193,6 +194,7 @@ def _request(*, run, entry, estimated_cost: int, estimated_tokens: int):
     """The pending `budget.override` approval and its record; the run awaits approval."""
     budget = entry["budget"]
     spent, ceiling = entry["spent_minor_units"], entry["ceiling_minor_units"]
+    currency = run.tenant.currency  # the reason reads as money, in the tenant's currency
     [approval] = approvals_request(
         run=run,
         step=run.steps or None,
@@ -208,9 +210,9 @@ def _request(*, run, entry, estimated_cost: int, estimated_tokens: int):
                     "ceilingMinorUnits": ceiling,
                 },
                 "reason": (
-                    f"Over budget '{budget.name}': {spent} spent this {budget.period} and "
-                    f"{estimated_cost} more estimated for the next step, against a ceiling "
-                    f"of {ceiling} (minor units)."
+                    f"Over budget '{budget.name}': {money(spent, currency)} spent this "
+                    f"{budget.period} and {money(estimated_cost, currency)} more estimated for "
+                    f"the next step, against a ceiling of {money(ceiling, currency)}."
                 ),
                 "rejection_message": (
                     f"The budget '{budget.name}' would be exceeded and its lead declined to "

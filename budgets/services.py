@@ -17,6 +17,7 @@ from django.utils import timezone
 from budgets import rules, spend
 from budgets.models import Budget, BudgetAlert, ScopeType
 from console.core.errors import Conflict, Invalid
+from console.core.formatting import money
 from console.directory import access
 from console.directory.services import _get_or_create, audit
 from console.models import ApiKey, Principal, Team
@@ -151,6 +152,7 @@ def budget_create(*, tenant, fields: dict, viewer=None) -> Budget:
     _save(budget, leads)
     after = budget_snapshot(budget)
     _audit(budget=budget, action="budget.created", viewer=viewer, before=None, after=after)
+    _alerts_already_reached(budget)
     return budget
 
 
@@ -174,6 +176,7 @@ def budget_update(*, budget: Budget, fields: dict, viewer=None) -> Budget:
     budget.updated_at = timezone.now()
     _save(budget, leads)
     _audit(budget=budget, action="budget.updated", viewer=viewer, before=before, after=after)
+    _alerts_already_reached(budget)
     return budget
 
 
@@ -257,6 +260,24 @@ def budgets_usage_recorded(*, run, days) -> list[BudgetAlert]:
     return alerts
 
 
+def _alerts_already_reached(budget: Budget) -> list[BudgetAlert]:
+    """A budget made (or changed) when its current period's spend already reaches some of its
+    thresholds: those alerts now, once each (the same unique row ingest writes), so the page
+    and the leads hear what the meter shows instead of "no threshold reached yet"."""
+    if not budget.thresholds:
+        return []
+    tz = rules.zone(budget.tenant.time_zone)
+    first, end = rules.period_days(budget.period, timezone.localtime(timezone.now(), tz).date())
+    key = (budget.pk, first)
+    spent = spend.spend_in_windows(tenant_id=budget.tenant_id, windows=[(key, budget, first, end)])
+    reached = rules.crossed(budget.thresholds, spent[key][0], budget.ceiling_minor_units)
+    start = rules.period_start_of(first, tz)
+    alerts = _alerts_insert([(budget.pk, start, t, spent[key][0]) for t in reached])
+    for alert in alerts:
+        _alert_deliver(alert)
+    return alerts
+
+
 def _alerts_insert(rows: list[tuple]) -> list[BudgetAlert]:
     """INSERT ... ON CONFLICT DO NOTHING RETURNING: only the alerts no one wrote before."""
     if not rows:
@@ -314,8 +335,9 @@ def _alert_deliver(alert: BudgetAlert) -> None:
         recipients=_alert_recipients(budget),
         title=f"{budget.name}: {alert.threshold}% of the ceiling reached",
         body=(
-            f"Spend this period is {alert.spent_minor_units} minor units of "
-            f"{budget.ceiling_minor_units} ({alert.threshold}% threshold)."
+            f"Spend this period is {money(alert.spent_minor_units, budget.tenant.currency)} of "
+            f"{money(budget.ceiling_minor_units, budget.tenant.currency)} "
+            f"({alert.threshold}% threshold)."
         ),
         url=f"/budgets/{budget.public_id}/",
         webhook_event="budget.threshold_crossed",

@@ -23,6 +23,7 @@ SCOPE_CHOICES = (
     ("ingest", "ingest: write runs, read decisions (agent runtimes)"),
     ("decide", "decide: decide approvals as its principal"),
     ("manage", "manage: the management API, as its principal"),
+    ("scim", "scim: user provisioning from your identity provider (SCIM 2.0; acts as no one)"),
 )
 EVENT_CHOICES = tuple((e.value, e.value) for e in WebhookEvent)
 

@@ -16,8 +16,10 @@ from approvals import access as approvals_access
 from approvals import selectors_webhooks
 from approvals.services import webhooks as webhook_services
 from console.accounts.views import require_recent_auth
-from console.core.errors import Invalid
+from console.core import links
+from console.core.errors import Conflict, Invalid
 from console.directory import access
+from console.directory.services import key_rotation
 from console.directory.services import keys as key_services
 from console.directory.services import tenant as tenant_services
 from console.manage.common import admin_view, manage_page
@@ -29,7 +31,7 @@ TIME_ZONES = sorted(available_timezones())  # the settings form's suggestions
 # --- keys ---
 
 
-def _keys_page(request, *, form=None, created=None, cursor=None, status=200):
+def _keys_page(request, *, form=None, created=None, cursor=None, refused=None, status=200):
     viewer = request.viewer
     page = key_services.api_keys_page(viewer=viewer, limit=50, cursor=cursor)
     rows = [{"key": k, "state": key_services.api_key_state(k)} for k in page["items"]]
@@ -43,6 +45,10 @@ def _keys_page(request, *, form=None, created=None, cursor=None, status=200):
         "created": created,
         "principals": list(principals[:500]),
         "time_zone": viewer.tenant.time_zone,
+        "grace_choices": key_rotation.GRACE_CHOICES,
+        "default_grace": key_rotation.DEFAULT_GRACE_SECONDS,
+        "refused": refused,
+        "scim_base_url": links.public_url("/scim/v2/"),
     }
     return manage_page(request, "manage/keys.html", context, tab="keys", status=status)
 
@@ -78,6 +84,26 @@ def key_revoke(request, key_id: str):
     key = access.key_for(viewer=request.viewer, key_id=key_id)
     key_services.api_key_revoke(key=key, viewer=request.viewer)
     return redirect(f"/manage/keys/#key-{key.public_id}")
+
+
+@require_recent_auth
+def _key_rotate(request, key_id: str):
+    viewer = request.viewer
+    key = access.key_for(viewer=viewer, key_id=key_id)
+    text = str(request.POST.get("grace_seconds", "")).strip()
+    grace = int(text) if text.isdigit() else text  # anything else: the service's 422
+    try:
+        new, secret, old = key_rotation.api_key_rotate(viewer=viewer, key=key, grace_seconds=grace)
+    except (Invalid, Conflict) as error:
+        return _keys_page(request, refused=error.message, status=error.status)
+    return _keys_page(request, created={"key": new, "secret": secret, "previous": old})
+
+
+@admin_view
+def key_rotate(request, key_id: str):
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    return _key_rotate(request, key_id)
 
 
 # --- webhooks ---
@@ -152,6 +178,12 @@ def _settings_page(request, *, form=None, saved=False, status=200):
         "saved": saved,
         "time_zones": TIME_ZONES,
         "retention": retention_settings(request.viewer.tenant),
+        "scim_base_url": links.public_url("/scim/v2/"),
+        "scim_keys": [
+            k
+            for k in access.keys_of(viewer=request.viewer).order_by("-pk")[:500]
+            if k.has_scope("scim") and key_services.api_key_state(k) == "active"
+        ][:20],
     }
     return manage_page(request, "manage/settings.html", context, tab="settings", status=status)
 
@@ -177,6 +209,7 @@ def settings(request):
 urlpatterns = [
     path("manage/keys/", keys, name="manage_keys"),
     path("manage/keys/<str:key_id>/revoke/", key_revoke, name="manage_key_revoke"),
+    path("manage/keys/<str:key_id>/rotate/", key_rotate, name="manage_key_rotate"),
     path("manage/webhooks/", webhooks, name="manage_webhooks"),
     path("manage/webhooks/<str:webhook_id>/delete/", webhook_delete, name="manage_webhook_delete"),
     path("manage/webhooks/<str:webhook_id>/test/", webhook_test, name="manage_webhook_test"),

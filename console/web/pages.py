@@ -14,15 +14,29 @@ from console.core.errors import GavelError
 from console.directory import access
 
 NO_PRINCIPAL = (
-    "You are signed in, but your account is not a principal of any tenant, so there is "
-    "nothing here you may see. Ask an admin to create a principal for you "
-    "(manage.py create_principal), then sign in with its id."
+    "You are signed in, but your account belongs to no organisation in this console yet, so "
+    "there is nothing here you may see. Ask an admin to add you, then sign in again."
 )
 
 
-def error_page(request, *, status: int, title: str, message: str):
+# What a person reads on a 403 or a 404: plain words, never a capability's name or an id echoed
+# back (the precise reason of a 403 goes to the audit log).
+REFUSED = (
+    "You may not open this page",
+    "Your account's roles do not include it. If you need it, ask an admin of your organisation.",
+)
+MISSING = (
+    "Not found",
+    "What this link pointed to does not exist, or was removed. Check the address, or start "
+    "again from the menu.",
+)
+
+
+def error_page(request, *, status: int, title: str, message: str, plain: bool = False):
     """The error page. Every 403 of a signed-in principal is audited `authz.refused`
-    (rate-limited per principal and path); one without a principal has no tenant to log in."""
+    (rate-limited per principal and path); one without a principal has no tenant to log in.
+    A 403's or a 404's message is a service's (it names capabilities and ids): the page says
+    it in plain words instead, unless `plain` says the message already is."""
     if status == 403:
         audit_refused(
             actor=getattr(request, "viewer", None),
@@ -30,6 +44,8 @@ def error_page(request, *, status: int, title: str, message: str):
             method=request.method,
             reason=message,
         )
+    if not plain and status in (403, 404):
+        title, message = REFUSED if status == 403 else MISSING
     return render(
         request,
         "registration/error.html",
@@ -47,7 +63,9 @@ def viewer_view(view):
             return redirect_to_login(request.get_full_path())
         viewer = access.principal_for_user(request)
         if viewer is None:
-            return error_page(request, status=403, title="No access", message=NO_PRINCIPAL)
+            return error_page(
+                request, status=403, title="No access", message=NO_PRINCIPAL, plain=True
+            )
         request.viewer = viewer
         try:
             return view(request, *args, **kwargs)
@@ -67,7 +85,11 @@ def home(request):
     if access.can(viewer, "view_runs"):
         return redirect("/runs/")
     return error_page(
-        request, status=403, title="No access", message="None of your roles lets you see runs."
+        request,
+        status=403,
+        title="No access",
+        message="None of your roles lets you see runs.",
+        plain=True,
     )
 
 

@@ -7,12 +7,16 @@
 (function () {
   "use strict";
 
-  var INK = "#1f2430";
-  var MUTED = "#5b6270";
-  var LINE = "#e3e6eb";
-  var BLUE = "#2d5bd1";
-  var BLUE_FILL = "rgba(45, 91, 209, 0.10)";
-  var RED = "#b42318";
+  // Colours from the page's design tokens (static/css/theme.css), so dark mode is dark here too.
+  var css = window.getComputedStyle(document.documentElement);
+  function token(name, fallback) { return (css.getPropertyValue(name) || "").trim() || fallback; }
+  var DARK = window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches;
+  var INK = token("--gavel-ink", "#1f2430");
+  var MUTED = token("--gavel-muted", "#545b68");
+  var LINE = token("--gavel-line", "#e3e6eb");
+  var BLUE = DARK ? "#7aa2ff" : "#2d5bd1";
+  var BLUE_FILL = DARK ? "rgba(122, 162, 255, 0.15)" : "rgba(45, 91, 209, 0.10)";
+  var RED = DARK ? "#ff8a80" : "#b42318";
   var AMBER = "#c27c00";
   var GREY = "#9aa1ad";
   // Charts drawn before (by their data's id): a redraw does not animate. Canvases carry no id
@@ -94,12 +98,12 @@
             max: data.x.max,
             afterBuildTicks: fixedTicks(data.x.ticks),
             ticks: {
-              color: MUTED, autoSkip: false, maxRotation: 0,
+              color: MUTED, autoSkip: true, autoSkipPadding: 10, maxRotation: 0, // a phone drops labels, never overlaps them
               callback: function (value) { return xLabels[value] || ""; },
             },
             grid: {
               color: function (context) { // a light line for each day, a clear one per label
-                return context.tick && xLabels[context.tick.value] ? LINE : "#f3f4f6";
+                return context.tick && xLabels[context.tick.value] ? LINE : token("--gavel-subtle", "#f3f4f6");
               },
             },
             border: { display: false },

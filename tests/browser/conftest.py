@@ -83,7 +83,7 @@ def shot(page, name: str, *, full_page: bool = True) -> Path:
 
 def sign_in(page, username: str, password: str, next_path: str = "/runs/") -> None:
     page.goto(f"{page.base_url}{next_path}")
-    page.get_by_label("Principal id").fill(username)
+    page.get_by_label("Email", exact=True).fill(username)
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Sign in", exact=True).click()
     page.wait_for_url(f"**{next_path}")

@@ -84,6 +84,7 @@ def test_an_admin_searches_edits_globs_with_the_live_preview_and_deactivates(
 
     settings.GAVEL_REAUTH_SECONDS = 0  # the sign-in is now too old for a sensitive action
     page.goto(f"{live_server.url}/manage/principals/carol@a.example/")
+    page.get_by_text("Deactivate…").click()  # asks first: nothing is destroyed in one click
     page.get_by_role("button", name="Deactivate carol@a.example").click()
     page.get_by_label("Password for admin@a.example").fill("admin-pass-123")
     page.get_by_role("button", name="Confirm and continue").click()

@@ -29,10 +29,10 @@ def test_sign_in_and_out(viewer_a, page):
     page.goto(f"{page.base_url}/runs/")
     assert "/accounts/login/" in page.url
     shot(page, "sign-in")
-    page.get_by_label("Principal id").fill("viewer@a.example")
+    page.get_by_label("Email", exact=True).fill("viewer@a.example")
     page.get_by_label("Password").fill("wrong-password")
     page.get_by_role("button", name="Sign in").click()
-    assert page.get_by_role("alert").inner_text().startswith("Your principal id and password")
+    assert page.get_by_role("alert").inner_text().startswith("That email and password")
     sign_in(page, "viewer@a.example", "viewer-pass-123")
     assert page.get_by_role("heading", name="Runs").is_visible()
     assert page.locator("header").get_by_text("Tenant A").is_visible()

@@ -28,11 +28,11 @@ def two_tenant_alice(tenant_a, tenant_b):
 def test_the_lockout_page_says_when_to_try_again(viewer_a, page):
     page.goto(f"{page.base_url}/accounts/login/")
     for _ in range(5):
-        page.get_by_label("Principal id").fill("viewer@a.example")
+        page.get_by_label("Email", exact=True).fill("viewer@a.example")
         page.get_by_label("Password").fill("wrong-password")
         page.get_by_role("button", name="Sign in").click()
         page.get_by_role("alert").wait_for()
-    page.get_by_label("Principal id").fill("viewer@a.example")
+    page.get_by_label("Email", exact=True).fill("viewer@a.example")
     page.get_by_label("Password").fill("viewer-pass-123")
     with page.expect_response(lambda r: r.url.endswith("/accounts/login/")) as answer:
         page.get_by_role("button", name="Sign in").click()

@@ -259,3 +259,28 @@ def test_a_crossing_notifies_the_leads_mails_them_and_queues_a_signed_webhook(
     assert delivery.payload["budget"]["id"] == b.public_id
     spend(ingest_a, "r1", usage=(1, 1, 1))
     assert Notification.objects.filter(principal=lena).count() == 1
+
+
+def test_a_budget_made_already_past_thresholds_gets_those_alerts_at_once(
+    ingest_a, tenant_a, delivered
+):
+    """UX audit: a budget created 155% over lit every pill yet said "No threshold reached yet"."""
+    admit(ingest_a, "r1")
+    spend(ingest_a, "r1", usage=(1, 1, 155))
+    b = budget(tenant_a, thresholds=[50, 80, 100])
+    assert alerts(b) == [(50, 155), (80, 155), (100, 155)]
+    assert [a.threshold for a in delivered] == [50, 80, 100]
+    services.budget_update(budget=b, fields={"ceiling_minor_units": 1000})  # none newly reached
+    assert len(alerts(b)) == 3 and len(delivered) == 3
+
+
+def test_alert_notifications_read_as_money_in_the_tenants_currency(ingest_a, tenant_a, admin_a):
+    from notifications.models import Notification
+
+    tenant_a.currency = "EUR"
+    tenant_a.save(update_fields=["currency"])
+    budget(tenant_a, thresholds=[100], ceiling_minor_units=15)
+    admit(ingest_a, "r1")
+    spend(ingest_a, "r1", usage=(1, 1, 15))
+    body = Notification.objects.get(kind="budget.threshold_crossed").body
+    assert "€0.15 of €0.15" in body and "minor units" not in body

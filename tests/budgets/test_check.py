@@ -264,6 +264,9 @@ def test_over_an_ask_budget_the_check_asks_for_an_override(ingest_a, over):
         "ceilingMinorUnits": 1000,
     }
     assert "Support, monthly" in approval.reason
+    # Money as people read it, in the tenant's currency (USD), never "minor units".
+    assert "$9.00 spent" in approval.reason and "$2.00 more" in approval.reason
+    assert "ceiling of $10.00" in approval.reason and "minor units" not in approval.reason
     assert "Support, monthly" in approval.rejection_message
     run = ingest_a.get("/api/v1/runs/r1").json()
     assert run["status"] == "awaiting_approval"

@@ -113,7 +113,9 @@ def test_a_viewer_without_view_budgets_gets_403_pages(viewer_a, budget):
     ):
         response = client.get(path)
         assert response.status_code == 403, path
-    assert "view budgets" in client.get("/budgets/").content.decode()
+    page = client.get("/budgets/").content.decode()
+    assert "You may not open this page" in page  # plain words, not the capability's name
+    assert "view_budgets" not in page and "capability" not in page and "HTTP 403" not in page
     assert 'href="/budgets/"' not in client.get("/runs/").content.decode()  # not in the nav
 
 

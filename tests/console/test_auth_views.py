@@ -18,7 +18,7 @@ def _sign_in(client, username, password, next_url=""):
 
 def test_login_page_has_labelled_fields(client):
     html = client.get("/accounts/login/").content.decode()
-    assert '<label class="label" for="id_username">Principal id</label>' in html
+    assert '<label class="label" for="id_username">Email</label>' in html
     assert '<label class="label" for="id_password">Password</label>' in html
     assert "<main" in html and "<header" in html
 
@@ -73,7 +73,7 @@ def test_bare_superuser_gets_a_clear_403(client, db):
     for path in ("/", "/runs/", "/budgets/", "/manage/"):
         response = client.get(path)
         assert response.status_code == 403, path
-        assert "not a principal of any tenant" in response.content.decode()
+        assert "belongs to no organisation" in response.content.decode()
 
 
 def test_deactivated_principal_is_refused(client, viewer_a):

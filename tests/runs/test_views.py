@@ -109,7 +109,7 @@ def test_user_without_principal_gets_a_clear_403(client, db):
     client.force_login(user)
     response = client.get("/runs/")
     assert response.status_code == 403
-    assert "not a principal of any tenant" in response.content.decode()
+    assert "belongs to no organisation" in response.content.decode()
 
 
 # --- the list ---

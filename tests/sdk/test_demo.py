@@ -42,7 +42,7 @@ def test_demo_runs_and_held_calls_show_within_10_seconds(tmp_path):
 
     port = free_port(8680)
     serve = subprocess.Popen(
-        [PYTHON, "manage.py", "serve_demo", "--port", str(port)],
+        [PYTHON, "manage.py", "serve_demo", "--no-setup", "--port", str(port)],  # set up above
         cwd=ROOT,
         env={**env, "HOST": "127.0.0.1"},
         stdout=subprocess.PIPE,
@@ -67,7 +67,7 @@ def test_demo_runs_and_held_calls_show_within_10_seconds(tmp_path):
     assert serve.returncode == 0, output[-2000:]
     assert f"http://127.0.0.1:{port}/accounts/login/" in output
     assert logins["admin@demo.example"] in output  # the login is printed again
-    assert "stopping the demo agent and the server" in output
+    assert "Stopping the demo agent and the server" in output
     with httpx.Client() as client:  # the server is gone with it
         try:
             client.get(f"http://127.0.0.1:{port}/accounts/login/", timeout=1)

@@ -149,3 +149,18 @@ class TenantPatch(CamelSchema):
         """The fields the body set (snake_case), as the service takes them."""
         dumped = self.model_dump()
         return {name: dumped[name] for name in self.model_fields_set}
+
+
+class KeyRotateIn(CamelSchema):
+    """POST /keys/{keyId}/rotate: how long the old secret keeps working (default 24 hours;
+    0 stops it now)."""
+
+    model_config = _FORBID
+
+    grace_seconds: Annotated[StrictInt, Field(ge=0, le=30 * 24 * 3600)] = 24 * 3600
+
+
+class KeyRotatedOut(CamelSchema):
+    key: KeyOut  # the new key
+    secret: str  # the new secret, shown this once
+    previous: KeyOut  # the old key, its expiresAt the end of the grace period

@@ -7,6 +7,7 @@ from ninja import Query, Router
 from console.core.wire import errors
 from console.directory import access, signin
 from console.directory.schemas import keys as s
+from console.directory.services import key_rotation
 from console.directory.services import keys as key_services
 from console.directory.services import tenant as tenant_services
 from console.web.auth import CapableSession, PrincipalKeyAuth
@@ -54,6 +55,29 @@ def keys_revoke(request, key_id: str):
     key = access.key_for(viewer=request.auth, key_id=key_id)
     key_services.api_key_revoke(key=key, viewer=request.auth)
     return 204, None
+
+
+@router.post(
+    "/keys/{key_id}/rotate",
+    auth=ADMIN,
+    response={201: s.KeyRotatedOut, **errors(404, 409, 413, 422)},
+    by_alias=True,
+    summary="Rotate an API key (admin; a browser needs a recent password): a new key with the "
+    "same name, scopes, principal and limits, its secret answered this once; the old secret "
+    "keeps working for graceSeconds (default 24 hours, at most 30 days; 0 stops it now)",
+)
+def keys_rotate(request, key_id: str, payload: s.KeyRotateIn | None = None):
+    signin.require_recent_auth_api(request)
+    key = access.key_for(viewer=request.auth, key_id=key_id)
+    grace = payload.grace_seconds if payload else key_rotation.DEFAULT_GRACE_SECONDS
+    new, secret, old = key_rotation.api_key_rotate(
+        viewer=request.auth, key=key, grace_seconds=grace
+    )
+    return 201, {
+        "key": key_services.api_key_resource(new),
+        "secret": secret,
+        "previous": key_services.api_key_resource(old),
+    }
 
 
 @router.get(

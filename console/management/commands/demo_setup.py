@@ -1,9 +1,11 @@
 """`manage.py demo_setup`: the demo tenant for `make run`, idempotent.
 
-Tenant `demo`; an admin, a reviewer and a viewer who sign in with passwords generated once
-into var/demo-logins.json; an ingest key for the demo agent, its raw value kept only in
-var/demo-agent.key (the database holds its hash); a small daily budget of the SQL analyst
-agent that asks the admin (its lead) once spent. Prints the login URL and the admin's login.
+Tenant `demo`; a lead, a reviewer, an admin and a viewer who sign in with passwords generated
+once into var/demo-logins.json; an ingest key for the demo agent, its raw value kept only in
+var/demo-agent.key (the database holds its hash); a daily budget of the SQL analyst agent,
+led by the lead, sized to fill in about an hour (DEMO_HOUR_MINOR_UNITS): each run of this
+command gives it another hour from today's spend, and the day renews it at midnight. Prints
+the logins (`--no-banner`: not; `serve_demo` prints them once the server answers).
 """
 
 from __future__ import annotations
@@ -23,22 +25,28 @@ from console.models import ApiKey, Principal
 
 TENANT = "demo"
 PEOPLE = (
-    ("admin@demo.example", "Ada Admin", "admin"),
+    ("lead@demo.example", "Lena Lead", "lead"),
     ("reviewer@demo.example", "Rey Reviewer", "reviewer"),
+    ("admin@demo.example", "Ada Admin", "admin"),
     ("viewer@demo.example", "Vic Viewer", "viewer"),
 )
-ADMIN = PEOPLE[0][0]
+LEAD = PEOPLE[0][0]
+ADMIN = PEOPLE[2][0]
 AGENT_KEY_NAME = "demo agent"
-# A small daily budget of one demo agent that asks its lead (the admin) once it is spent:
-# `make run` shows it filling up, its alerts, and override requests in the admin's inbox.
+# What the demo's SQL analyst spends in an hour of `make run` (measured: about 1 cent a
+# minute while its calls are decided, less while they wait): its budget reaches 50 % after
+# about half an hour, 80 % after ~50 minutes and asks its lead for overrides after an hour.
+DEMO_HOUR_MINOR_UNITS = 60
+# A daily budget of one demo agent that asks its lead once it is spent: `make run` shows it
+# filling up, its alerts, and override requests in the lead's inbox.
 DEMO_BUDGET = {
     "name": "SQL analyst, daily",
     "scope": {"type": "agent", "id": "sql-analyst"},
     "period": "day",
-    "ceiling_minor_units": 15,
+    "ceiling_minor_units": DEMO_HOUR_MINOR_UNITS,
     "thresholds": [50, 80, 100],
     "over_budget": "ask",
-    "leads": [ADMIN],
+    "leads": [LEAD],
 }
 
 
@@ -93,10 +101,28 @@ def _ensure_agent_key(tenant) -> bool:
     return True
 
 
+def _demo_budget_fields(tenant) -> dict:
+    """The demo budget with an hour of headroom from what the agent spent today (so a second
+    `make run` the same day tells the story again instead of starting over budget)."""
+    from budgets.models import Budget
+    from budgets.spend import budget_current
+
+    held = Budget.objects.filter(
+        tenant=tenant, name=DEMO_BUDGET["name"], archived_at__isnull=True
+    ).first()
+    spent = budget_current(budget=held)["spent_minor_units"] if held else 0
+    return {**DEMO_BUDGET, "ceiling_minor_units": spent + DEMO_HOUR_MINOR_UNITS}
+
+
 class Command(ProvisioningCommand):
     help = "Set up the demo tenant, its logins and the demo agent's key (idempotent)."
 
-    def handle(self, *args, **options):
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--no-banner", action="store_true", help="do not print the logins (serve_demo does)"
+        )
+
+    def handle(self, *args, no_banner=False, **options):
         with transaction.atomic():
             tenant, created = tenant_create(slug=TENANT, name="Demo")
             logins = read_logins()
@@ -107,7 +133,7 @@ class Command(ProvisioningCommand):
                 if _ensure_person(tenant, pid, name, role, fresh[pid])
             ]
             new_key = _ensure_agent_key(tenant)
-            _, budget_created = budget_ensure(tenant=tenant, fields=DEMO_BUDGET)
+            _, budget_created = budget_ensure(tenant=tenant, fields=_demo_budget_fields(tenant))
         if fresh != logins:
             _write_private(logins_file(), json.dumps(fresh, indent=2) + "\n")
         self.stdout.write(
@@ -116,12 +142,14 @@ class Command(ProvisioningCommand):
             f"demo agent key {'created' if new_key else 'unchanged'} ({agent_key_file()}); "
             f"budget '{DEMO_BUDGET['name']}' {'created' if budget_created else 'kept'}"
         )
-        self.stdout.write(login_banner(fresh))
+        if not no_banner:
+            self.stdout.write(login_banner(fresh))
 
 
 def login_banner(logins: dict[str, str], *, base_url: str | None = None) -> str:
-    lines = [f"Sign in at {login_url(base_url)}", f"  admin:    {ADMIN}  password: {logins[ADMIN]}"]
-    for pid, _, role in PEOPLE[1:]:
-        lines.append(f"  {role + ':':9} {pid}  password: {logins[pid]}")
+    lines = [f"Sign in at {login_url(base_url)}"]
+    for pid, _, role in PEOPLE:
+        if pid in logins:
+            lines.append(f"  {role + ':':9} {pid:22} password: {logins[pid]}")
     lines.append(f"(passwords are kept in {logins_file()})")
     return "\n".join(lines)

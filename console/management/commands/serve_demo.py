@@ -1,15 +1,22 @@
-"""`manage.py serve_demo`: what `make run` starts after `demo_setup`.
+"""`manage.py serve_demo`: what `make run` starts.
 
-Runs `daphne -b HOST -p PORT console.asgi:application`, the sweep beside it (`manage.py
-expire_approvals --loop`: expiry, reminders, escalations, all mail, and the webhook deliveries
-the server left due) and the demo agent (`manage.py demo_agent --runs 0`); prints the URL and
-the login; stops all three on Ctrl-C or SIGTERM (and stops the others if the server dies).
+First checks that HOST:PORT is free (else one line on stderr and exit 1, before anything else
+is printed or started), then runs `demo_setup` (without its banner), `daphne -b HOST -p PORT
+console.asgi:application`, the sweep beside it (`manage.py expire_approvals --loop`: expiry,
+reminders, escalations, all mail, and the webhook deliveries the server left due) and the demo
+agent (`manage.py demo_agent --runs 0`); prints the URL and the logins once the server
+answers; stops all three on Ctrl-C or SIGTERM, quietly (the children run in a session of
+their own, so the terminal's Ctrl-C reaches only this process, which stops them), and stops
+the others if the server dies.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +25,7 @@ from pathlib import Path
 
 import httpx
 from django.conf import settings
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from console.management.commands.demo_setup import agent_key_file, login_banner, read_logins
@@ -30,9 +38,29 @@ def daphne_path() -> str:
     return str(beside) if beside.exists() else "daphne"
 
 
-def wait_until_answering(url: str, proc: subprocess.Popen, timeout: float) -> None:
+class PortBusy(Exception):
+    pass
+
+
+def check_port_free(host: str, port: int) -> None:
+    """PortBusy when something already listens on host:port (SO_REUSEADDR as daphne binds, so
+    a closing connection's TIME_WAIT is no reason to refuse)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            if error.errno in (errno.EADDRINUSE, errno.EACCES):
+                raise PortBusy(str(error.strerror)) from None
+            raise
+
+
+def wait_until_answering(
+    url: str, proc: subprocess.Popen, timeout: float, stopping: threading.Event | None = None
+) -> None:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (stopping and stopping.is_set()):
         if proc.poll() is not None:
             raise CommandError(f"the server exited with code {proc.returncode}")
         try:
@@ -40,6 +68,8 @@ def wait_until_answering(url: str, proc: subprocess.Popen, timeout: float) -> No
             return
         except httpx.TransportError:
             time.sleep(0.1)
+    if stopping and stopping.is_set():
+        return
     raise CommandError(f"the server did not answer at {url} within {timeout:.0f}s")
 
 
@@ -66,27 +96,40 @@ class Command(BaseCommand):
         parser.add_argument(
             "--access-log", default=None, help="daphne's access log (default: var/access.log)"
         )
+        parser.add_argument("--no-setup", action="store_true", help="do not run demo_setup first")
 
-    def handle(self, *args, host, port, no_agent, startup_timeout, access_log, **options):
+    def handle(self, *args, host, port, no_agent, startup_timeout, access_log, no_setup, **options):
         url = f"http://{host}:{port}"
-        access_log = access_log or str(Path(settings.VAR_DIR) / "access.log")
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # not the readiness probe's lines
         stopping = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stopping.set())
+        try:
+            check_port_free(host, port)
+        except PortBusy as busy:
+            self.stderr.write(
+                f"Port {port} on {host} is already in use ({busy}): stop what holds it, or "
+                f"pick another port, e.g. `make run PORT={port + 1}`."
+            )
+            sys.exit(1)
+        if not no_setup:
+            call_command("demo_setup", no_banner=True, stdout=self.stdout, stderr=self.stderr)
+        access_log = access_log or str(Path(settings.VAR_DIR) / "access.log")
         server = agent = sweeper = None
         try:
-            server = subprocess.Popen(
+            server = self._spawn(
                 [
                     *(daphne_path(), "-b", host, "-p", str(port), "--access-log", access_log),
                     "console.asgi:application",
                 ],
-                cwd=settings.BASE_DIR,
             )
             # The agent starts beside the server, not after it: its first requests retry until
             # the server answers, so its start-up overlaps the server's.
             if not no_agent:
                 agent = self._agent(url)
-            wait_until_answering(f"{url}/accounts/login/", server, startup_timeout)
+            wait_until_answering(f"{url}/accounts/login/", server, startup_timeout, stopping)
+            if stopping.is_set():
+                return
             # The sweep starts once the server answers: its start-up does not compete with
             # the server's and the agent's first runs.
             sweeper = self._manage("expire_approvals", "--loop")
@@ -95,15 +138,20 @@ class Command(BaseCommand):
                 if server.poll() is not None:
                     raise CommandError(f"the server exited with code {server.returncode}")
                 stopping.wait(0.5)
-            self.stdout.write("stopping the demo agent and the server")
+            self.stdout.write("\nStopping the demo agent and the server…")
         finally:
             stop(agent)
             stop(sweeper)
             stop(server)
 
+    def _spawn(self, command: list[str], **kwargs) -> subprocess.Popen:
+        """A child in a session of its own: the terminal's Ctrl-C reaches only this process,
+        which then stops the children with SIGTERM (no KeyboardInterrupt traceback in them)."""
+        return subprocess.Popen(command, cwd=settings.BASE_DIR, start_new_session=True, **kwargs)
+
     def _manage(self, *args: str) -> subprocess.Popen:
         command = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), *args]
-        return subprocess.Popen(command, cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL)
+        return self._spawn(command, stdout=subprocess.DEVNULL)
 
     def _agent(self, url: str) -> subprocess.Popen | None:
         key_file = agent_key_file()
@@ -112,10 +160,11 @@ class Command(BaseCommand):
             return None
         # The agent reads its key from var/ itself (not on a command line that `ps` shows).
         command = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "demo_agent"]
-        return subprocess.Popen([*command, "--runs", "0", "--url", url], cwd=settings.BASE_DIR)
+        return self._spawn([*command, "--runs", "0", "--url", url])
 
     def _banner(self, url: str) -> None:
         self.stdout.write(f"\nGavel is running at {url}/ (Ctrl-C stops it)")
+        self.stdout.write("Each login shows the console as that role sees it:")
         logins = read_logins()
         if logins:
             self.stdout.write(login_banner(logins, base_url=url))
