@@ -74,7 +74,9 @@ def test_run_stops_on_request_and_removes_its_heartbeat(monkeypatch):
 
     monkeypatch.setattr(outbox, "start", lambda **kwargs: None)  # no outbound HTTP thread here
     monkeypatch.setattr(outbox, "stop", lambda *args: None)
-    monkeypatch.setattr(worker_module.connections, "close_all", lambda: None)  # the test's own
+    # the test's connection (in its transaction) stays open
+    monkeypatch.setattr(worker_module.connections, "close_all", lambda: None)
+    monkeypatch.setattr(worker_module, "close_old_connections", lambda: None)
     worker = worker_module.Worker(interval=0.01)
     seen = []
     real = worker.one_pass
