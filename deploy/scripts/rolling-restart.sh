@@ -16,21 +16,26 @@ for _ in $(seq 1 "${GAVEL_DRAIN_SECONDS:-40}"); do
 done
 lb "set server gavel/$server state maint" >/dev/null
 eval "$restart"
-# Back only once warm: the check path answers 200 three times in a row, each within a second
-# (a cold server stalls on its first requests: OPS_AUDIT §2.4).
+# Back only once warm: the check path answers 200 and an API path answers (any status below
+# 500, each within GAVEL_WARM_TIMEOUT seconds) three times in a row (a cold server stalls on
+# its first requests: OPS_AUDIT §2.4).
 probe() {
-  "$PY" - "$address" "$1" <<'PYEOF'
-import sys, urllib.request
+  "$PY" - "$address" "$1" "$2" "${GAVEL_WARM_TIMEOUT:-3}" <<'PYEOF'
+import sys, urllib.error, urllib.request
+address, path, want_ok, timeout = sys.argv[1], sys.argv[2], sys.argv[3] == "ok", float(sys.argv[4])
 try:
-    with urllib.request.urlopen(f"http://{sys.argv[1]}{sys.argv[2]}", timeout=1) as r:
-        sys.exit(0 if r.status == 200 else 1)
+    with urllib.request.urlopen(f"http://{address}{path}", timeout=timeout) as r:
+        status = r.status
+except urllib.error.HTTPError as error:
+    status = error.code
 except Exception:
     sys.exit(1)
+sys.exit(0 if (status == 200 if want_ok else status < 500) else 1)
 PYEOF
 }
 good=0
 for _ in $(seq 1 240); do
-  if probe "$check_path" && probe "${GAVEL_WARM_PATH:-/api/v1/openapi.json}"; then
+  if probe "$check_path" ok && probe "${GAVEL_WARM_PATH:-/api/v1/runs}" answers; then
     good=$((good + 1)); [ "$good" -ge 3 ] && break
   else
     good=0

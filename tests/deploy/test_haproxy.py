@@ -285,7 +285,7 @@ def test_two_daphnes_behind_haproxy_restart_one_by_one_without_loss_or_5xx(
                 env={**env, "GAVEL_LB_CHECK_PATH": check_path, "GAVEL_DRAIN_SECONDS": "40"},
                 capture_output=True,
                 text=True,
-                timeout=240,
+                timeout=480,
             )
             assert done.returncode == 0, done.stdout + done.stderr
             time.sleep(3)
