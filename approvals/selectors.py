@@ -200,16 +200,6 @@ def inbox_filtered(qs, filters: dict):
     return qs
 
 
-def nav_pending_count_context(*, viewer) -> dict:
-    """`base.html#nav-pending-count`: the calls pending a human in the viewer's tenant
-    (counted as the inbox counts them)."""
-    try:
-        approvals = access.approvals_visible_to(viewer=viewer)
-    except Forbidden:
-        return {"nav_pending_count": 0}
-    return {"nav_pending_count": pending_calls(approvals).count()}
-
-
 def inbox_pending(
     *, viewer, filters: dict | None = None, limit: int | None = None
 ) -> list[Approval]:

@@ -30,7 +30,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.template.loader import render_to_string
 
-from approvals.selectors import nav_pending_count_context
+from approvals.selectors_desk import nav_pending_count_context
 from console import access, auditchain, realtime, signin, wsframes
 from console.errors import Forbidden, NotFound
 from console.services.auditlog import audit_refused
@@ -169,7 +169,11 @@ def nav_unread_html(viewer) -> str:
 
 
 def nav_audience(viewer) -> str:
-    return "count" if access.can(viewer, "view_runs") or access.can(viewer, "decide") else "none"
+    """The nav count is what this principal may decide (its own runs and the budgets it leads
+    count): one render per principal."""
+    if access.can(viewer, "view_runs") or access.can(viewer, "decide"):
+        return f"count:{viewer.pk}"
+    return "none"
 
 
 def card_audience(viewer, *, run_principal_id, allow_self_approval: bool) -> str:

@@ -6,7 +6,7 @@ Everything that reaches HTML here goes through Django's autoescaping (no `mark_s
 
 from django import template
 
-from approvals.selectors import nav_pending_count_context
+from approvals.selectors_desk import nav_pending_count_context
 from console import access, formatting
 from notifications.selectors import nav_unread_count_context
 
