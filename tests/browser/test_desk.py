@@ -60,7 +60,11 @@ def _statuses(calls) -> list[str]:
     from approvals.models import Approval
 
     pks = [c.pk for c in calls]
-    return orm(lambda: list(Approval.objects.filter(pk__in=pks).values_list("status", flat=True)))
+    return orm(
+        lambda: list(
+            Approval.objects.filter(pk__in=pks).order_by("pk").values_list("status", flat=True)
+        )
+    )
 
 
 @pytest.fixture
@@ -266,3 +270,41 @@ def test_counts_equal_what_each_persona_may_decide(personas, page):
         rows = page.locator("li.desk-row").count()
         assert (int(nav), _count(page), rows) == (personas[who],) * 3, who
         shot(page, f"desk-persona-{who.split('@')[0]}", full_page=False)
+
+
+@pytest.fixture
+def mail_calls(tenant_a, lead_a):
+    now = timezone.now()
+    made = []
+    for i, to in enumerate(["bob@acme.com", "ann@acme.com", "cy@acme.com", "x@evil.com"]):
+        run = RunFactory(tenant=tenant_a, external_id=f"run_mail_{i}", current_agent_id="mailer")
+        made.append(
+            ApprovalFactory(
+                run=run,
+                tool_name="email.send",
+                arguments={"to": to, "subject": f"Report {i}"},
+                requested_at=now - timezone.timedelta(minutes=10 - i),
+            )
+        )
+    return made
+
+
+def test_a_rule_generalised_from_a_card_decides_the_matching_waiting_calls(mail_calls, page):
+    sign_in(page, "lead@a.example", "lead-pass-123", next_path="/approvals/")
+    page.wait_for_function(FOCUSED_ROW)
+    assert _count(page) == 4
+    page.locator("#desk-pane").get_by_role("link", name="Always approve calls like this").click()
+    page.wait_for_url("**/rules/new/?approval=*")
+    # The address's domain is suggested; the subject would be copied exactly: make it "any".
+    assert page.locator("input[name='arg_to'][value='suggested']").is_checked()
+    page.locator("input[name='arg_subject'][value='any']").check()
+    page.locator(".preview-waiting").filter(has_text="3 calls waiting now").wait_for()
+    shot(page, "desk-rule-from-card", full_page=False)
+    page.get_by_label("Also decide the calls waiting now").check()
+    page.get_by_role("button", name="Save rule").click()
+    page.wait_for_url("**/rules/?saved=*")
+    assert "You decided 3 waiting calls with it." in page.locator(".rule-saved").inner_text()
+    assert _statuses(mail_calls) == ["approved", "approved", "approved", "pending"]
+    page.goto(f"{page.base_url}/approvals/")
+    page.wait_for_function(FOCUSED_ROW)
+    assert _count(page) == 1
