@@ -129,6 +129,13 @@ def test_the_desk_lists_what_the_viewer_may_decide_and_says_so(client, mix, lead
     assert f"{nav}{count}<" in html
 
 
+def test_a_call_of_a_run_for_no_one_is_listed(client, tenant_a, reviewer_a):
+    call = ApprovalFactory(run=RunFactory(tenant=tenant_a, principal=None))
+    client.force_login(reviewer_a.user)
+    html = client.get("/approvals/").content.decode()
+    assert f'id="desk-row-{call.public_id}"' in html and "for no one" in html
+
+
 def test_a_viewer_sees_pending_calls_read_only(client, mix, viewer_a):
     client.force_login(viewer_a.user)
     html = client.get("/approvals/").content.decode()
