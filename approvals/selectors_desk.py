@@ -39,6 +39,7 @@ VIEWS = {
     "over_budget": "Over budget",
 }
 MINE_DAYS = 30
+NAV_COUNT = "_gavel_desk_count"  # set by the desk view on its request's viewer only
 FILTERS = ("view", "tool", "agent", "principal", "run")  # principal, run: from links
 
 
@@ -106,7 +107,11 @@ def decidable_pending(*, viewer, filters: dict | None = None) -> QuerySet:
 
 
 def desk_count(*, viewer, filters: dict | None = None) -> int:
-    """How many pending calls this viewer may decide (0 for one who may not see them)."""
+    """How many pending calls this viewer may decide (0 for one who may not see them). The
+    desk's page, which counts them already, leaves its count on its request's viewer
+    (`NAV_COUNT`) for the navigation: one count a page, the same number twice."""
+    if not filters and getattr(viewer, NAV_COUNT, None) is not None:
+        return getattr(viewer, NAV_COUNT)
     try:
         return decidable_pending(viewer=viewer, filters=filters).count()
     except Forbidden:
@@ -238,9 +243,8 @@ def desk_choices(*, viewer, filters: dict) -> dict:
     """The filters' values: the tools of the pending calls this viewer may decide, and the
     tenant's agents (each list bounded)."""
     try:
-        tools = sorted(
-            set(decidable_pending(viewer=viewer).order_by().values_list("tool_name", flat=True))
-        )
+        pending = decidable_pending(viewer=viewer).order_by()
+        tools = sorted(pending.values_list("tool_name", flat=True).distinct()[:100])
     except Forbidden:
         tools = []
     agents = list(
@@ -252,7 +256,7 @@ def desk_choices(*, viewer, filters: dict) -> dict:
         "views": [
             {"name": k, "label": v, "selected": filters.get("view") == k} for k, v in VIEWS.items()
         ],
-        "tools": sorted(set(tools[:100]) | ({filters["tool"]} if filters.get("tool") else set())),
+        "tools": sorted(set(tools) | ({filters["tool"]} if filters.get("tool") else set())),
         "agents": sorted(set(agents) | ({filters["agent"]} if filters.get("agent") else set())),
     }
 

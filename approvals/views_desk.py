@@ -25,6 +25,8 @@ def desk(request):
         viewer=viewer, filters=filters, cursor=request.GET.get("cursor") or None
     )
     query = {k: v for k, v in filters.items() if v and not (k == "view" and v == "all")}
+    if not query and page["decides"]:  # the navigation's count is this very number
+        setattr(viewer, selectors_desk.NAV_COUNT, page["count"])
     context = {"page": page, "filters": filters, "query": query, "nav_active": "inbox"}
     if request.htmx:
         part = "desk-page" if request.GET.get("cursor") else "desk-list"

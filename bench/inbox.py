@@ -109,6 +109,10 @@ def _tenant(slug: str, pending: int):
             )
         )
     Approval.objects.bulk_create(calls, batch_size=2000)
+    from django.db import connection
+
+    with connection.cursor() as cursor:  # fresh statistics, as autovacuum would gather them
+        cursor.execute("ANALYZE approvals_approval, runs_run")
     return tenant, reviewer
 
 

@@ -287,10 +287,13 @@ def decidable_q(viewer: Viewer, tool_names) -> Q:
     principal = acting_principal(viewer)
     if principal is None or not principal.is_active:
         return nothing
+    tool_names = set(tool_names)
     tools = [t for t in tool_names if t != OVERRIDE_TOOL and _tool_refusal(principal, t) is None]
     calls = Q(tool_name__in=tools)
     if not viewer.tenant.allow_self_approval:  # _self_refusal
         calls &= ~Q(run__principal_id=principal.pk)
+    if OVERRIDE_TOOL not in tool_names:
+        return calls  # no over-budget request among them: no join to their budgets
     # _override_refusal: the budget's leads, else manage_budgets holders; never the run's own.
     leads = Budget.leads.through.objects.filter(budget_id=OuterRef("budget_override__budget_id"))
     named = Exists(leads.filter(principal_id=principal.pk))
