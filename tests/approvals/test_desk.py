@@ -306,3 +306,32 @@ def test_two_bulk_requests_racing_decide_each_call_once(tenant_a, reviewer_a, ad
     won = [r for a in answers for r in a["results"] if r["status"] == 200]
     assert sorted(r["approvalId"] for r in won) == sorted(ids)
     assert Approval.objects.filter(public_id__in=ids, status="pending").count() == 0
+
+
+# ---- live ----------------------------------------------------------------------------------
+
+
+def test_live_rows_arrive_for_those_who_may_decide_them_and_leave_when_decided(
+    tenant_a, reviewer_a, admin_a
+):
+    from approvals import live_desk
+    from approvals.services.decisions import approval_decide
+
+    call = ApprovalFactory(run=RunFactory(tenant=tenant_a), tool_name="send_email")
+    own = ApprovalFactory(run=RunFactory(tenant=tenant_a, principal=reviewer_a))
+    html = live_desk.requested_html(viewer=reviewer_a, approval_ids=[call.public_id], filters={})
+    assert f'id="desk-row-{call.public_id}"' in html
+    assert 'hx-swap-oob="beforeend:#desk-rows"' in html
+    assert f'data-live-unless="#desk-more, #desk-row-{call.public_id}"' in html
+    assert 'id="desk-count"' in html and "2 to decide" not in html and "1 to decide" in html
+    mine = live_desk.requested_html(viewer=reviewer_a, approval_ids=[own.public_id], filters={})
+    assert "desk-row-" not in mine  # the reviewer's own run: never listed, never counted
+    filtered = live_desk.requested_html(
+        viewer=reviewer_a, approval_ids=[call.public_id], filters={"tool": "other"}
+    )
+    assert "desk-row-" not in filtered and "0 to decide" in filtered
+    approval_decide(approval=call, viewer=admin_a, decision="approve")
+    gone = live_desk.changed_html(viewer=reviewer_a, approval_ids=[call.public_id], filters={})
+    assert f'hx-swap-oob="delete:#desk-row-{call.public_id}"' in gone
+    assert f'id="approval-{call.public_id}"' in gone and "Approved" in gone  # the pane's card
+    assert "0 to decide" in gone
