@@ -17,6 +17,7 @@
   var anchor = null; // the last row selected with X (Shift-X selects from it)
   var cache = new Map(); // approval id -> card HTML (the next calls', fetched ahead)
   var currentId = null;
+  var mine = new Set(); // calls decided from this page (not "elsewhere")
   var currentIndex = 0;
   var narrow = window.matchMedia("(max-width: 899px)");
 
@@ -159,14 +160,27 @@
 
   // Focus is never lost: when the row in focus leaves (decided here or elsewhere, expired),
   // the call now at its place takes it (else the last one).
+  // A call decided elsewhere (the live socket removed its row): say so, from its card.
+  function decidedElsewhere(id) {
+    var card = paneShows(id) && pane.querySelector("article.approval-card");
+    if (!card || card.getAttribute("data-status") === "pending" || mine.has(id)) return false;
+    var who = card.querySelector(".decided-by, .decided-by-rule");
+    var tool = card.querySelector(".tool-name");
+    say((tool ? tool.textContent + ": " : "") + card.getAttribute("data-status") +
+      (who ? " by " + who.textContent : "") + ", elsewhere.");
+    return true;
+  }
+
   function ensureFocus() {
     var all = rows();
     if (current()) {
       currentIndex = all.indexOf(current());
       return;
     }
+    var elsewhere = currentId && decidedElsewhere(currentId);
     if (!all.length) {
       currentId = null;
+      if (elsewhere) return; // the pane keeps the card that says who decided it
       pane.innerHTML = '<p class="desk-pane-empty">Nothing waits for you. New calls appear here the moment they arrive.</p>';
       var heading = desk.querySelector("h1");
       if (heading) {
@@ -276,6 +290,7 @@
       if (!leaving.has(all[j].getAttribute("data-approval-id"))) next = all[j];
     }
     ids.forEach(function (id) {
+      mine.add(id);
       var row = rowOf(id);
       if (row) {
         row.classList.add("is-deciding");
@@ -449,13 +464,21 @@
         }
       }
     }
-    if (!current() || !desk.contains(document.activeElement)) ensureFocus();
+    if (!current() || !desk.contains(document.activeElement)) scheduleEnsure();
     else currentIndex = rows().indexOf(current());
   });
 
-  document.addEventListener("htmx:oobAfterSwap", function () {
-    window.requestAnimationFrame(ensureFocus);
-  });
+  // A live frame swaps several parts (rows leave, the pane's card changes, the count): the
+  // focus is settled once the whole frame is in.
+  var ensureTimer = null;
+  function scheduleEnsure() {
+    if (ensureTimer) return;
+    ensureTimer = window.setTimeout(function () {
+      ensureTimer = null;
+      ensureFocus();
+    }, 0);
+  }
+  document.addEventListener("htmx:oobAfterSwap", scheduleEnsure);
 
   desk.addEventListener("gavel:live-resync", function () {
     cache.clear();

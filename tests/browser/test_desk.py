@@ -101,7 +101,7 @@ def _count(page) -> int:
 def test_the_card_page_from_a_mail_link_signs_in_and_lands_on_the_card_styled(one, page):
     [call] = one
     link = f"{page.base_url}/approvals/{call.public_id}/"
-    page.goto(link)  # signed out: the sign-in page, which comes back here
+    page.goto(link, wait_until="domcontentloaded")  # signed out: sign in, then back here
     assert "/accounts/login/" in page.url
     page.get_by_label("Principal id").fill("reviewer@a.example")
     page.get_by_label("Password").fill("reviewer-pass-123")
@@ -124,7 +124,7 @@ def test_the_card_page_from_a_mail_link_signs_in_and_lands_on_the_card_styled(on
     card.locator(".decided-status").wait_for()
     assert page.url == link and "Approved" in card.inner_text()
     # Signed in already, the link opens the card at once.
-    page.goto(link)
+    page.goto(link, wait_until="domcontentloaded")
     assert page.url == link and "Approved" in page.locator("main").inner_text()
 
 
@@ -203,7 +203,8 @@ def test_e_edits_the_message_and_esc_leaves_it_without_typing_into_it(two, page)
     page.wait_for_function(FOCUSED_ROW)
     page.keyboard.press("j")  # moves: nothing typed into the message
     page.keyboard.press("k")
-    assert box.input_value() == "Ask Alice first."
+    page.locator(f"#desk-pane #approval-{calls[0].public_id}").wait_for()
+    assert box.input_value() == "Ask Alice first."  # kept while the reviewer looked elsewhere
     page.keyboard.press("?")
     assert page.locator("#desk-keys").is_visible()
     page.keyboard.press("Escape")
