@@ -7,10 +7,10 @@ import pytest
 from tests.browser.conftest import sign_in
 from tests.browser.test_live import (
     HELD,
-    STEP,
     PASSWORD,
     REVIEWER,
     RUN,
+    STEP,
     TENANT,
     admit,
     daphne,
