@@ -7,13 +7,19 @@ drops what targets nothing on its page."""
 
 from __future__ import annotations
 
+import time
+
 from approvals import live, selectors_desk
 from approvals.models import Approval, ApprovalStatus
 from console.consumers import delete, oob, wrap
 
 
 def count_html(*, viewer, filters: dict) -> str:
-    page = selectors_desk.desk_list_count(viewer=viewer, filters=filters)
+    """The heading's count, stamped with when its read began (microseconds): frames of
+    different events render concurrently and may arrive out of order; the client keeps the
+    newest (desk.js)."""
+    at = time.time_ns() // 1000
+    page = {**selectors_desk.desk_list_count(viewer=viewer, filters=filters), "at": at}
     return oob("approvals/desk.html#desk-count", {"page": page, "oob": True})
 
 

@@ -9,6 +9,7 @@ database, and every count on screen equals what this viewer may decide.
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 from django.db.models import BigIntegerField, F, Q, QuerySet
@@ -172,6 +173,7 @@ def desk_page(
     size = max(1, min(size or PAGE, MAX_PAGE))
     approvals_expire_due(tenant_id=viewer.tenant_id)
     qs, decides = _listed(viewer=viewer, filters=filters)
+    at = time.time_ns() // 1000  # when the count's read began (live.js keeps the newest)
     count = qs.count()
     after = _cursor(cursor)
     if after:
@@ -184,6 +186,7 @@ def desk_page(
         "rows": desk_rows(rows, viewer=viewer, decides=decides),
         "next": keyset_encode(rows[-1].requested_at, rows[-1].pk) if more else None,
         "count": count,
+        "at": at,
         "decides": decides,
     }
 

@@ -228,7 +228,7 @@ def measure_keys(n: int) -> None:
     )
     _support.record(
         "inbox",
-        f"keyboard decision (A) → the server's confirmation (count updated), median of {n}",
+        f"keyboard decision (A) → the server's answer to its POST, median of {n}",
         f"{conf:.1f} ms",
         baseline=f"next call focused: {med:.1f} ms",
         ratio=conf / med if med else None,
@@ -255,15 +255,13 @@ def _drive(chromium: str, base: str, slug: str, n: int):
             page.keyboard.press("j")
             moves.append(page.evaluate("() => window.__done"))
             page.wait_for_timeout(30)
+        decisions = "/api/v1/approvals/decisions"
         for _ in range(n):
-            count = int(page.locator("#desk-count").get_attribute("data-count"))
             page.evaluate(ARM, "a")
-            page.keyboard.press("a")
-            elapsed.append(page.evaluate("() => window.__done"))
-            page.wait_for_function(
-                "(n) => document.querySelector('#desk-count').dataset.count === String(n)",
-                arg=count - 1,
-            )
+            with page.expect_response(lambda r: r.url.endswith(decisions)) as answer:
+                page.keyboard.press("a")
+                elapsed.append(page.evaluate("() => window.__done"))
+            assert answer.value.ok and answer.value.json()["decided"] == 1, answer.value.text()
             confirmed.append(page.evaluate("() => performance.now() - window.__t0"))
             page.wait_for_timeout(30)  # a person's pace, roughly: the next prefetch lands
         browser.close()

@@ -260,9 +260,11 @@
     return box ? box.value : null;
   }
 
-  function countBy(delta) {
+  function countBy(delta, at) {
     var node = document.getElementById("desk-count");
     if (!node) return;
+    // As of the decisions just made (the server's decidedAt): older frames' counts are stale.
+    if (at && at > Number(node.getAttribute("data-at") || 0)) node.setAttribute("data-at", at);
     var n = Math.max(0, parseInt(node.getAttribute("data-count") || "0", 10) + delta);
     node.setAttribute("data-count", n);
     node.textContent = node.textContent.replace(/^\d+/, String(n));
@@ -342,7 +344,12 @@
         refused(r.approvalId, r.error ? r.error.message : "refused");
       }
     });
-    countBy(-(done + lost.length));
+    var latest = 0;
+    data.results.forEach(function (r) {
+      var when = r.approval && r.approval.decidedAt ? Date.parse(r.approval.decidedAt) * 1000 : 0;
+      if (when > latest) latest = when;
+    });
+    countBy(-(done + lost.length), latest);
     var parts = [];
     if (done) parts.push((decision === "approve" ? "Approved " : "Denied ") + done + (done === 1 ? " call" : " calls"));
     if (lost.length) {
@@ -479,6 +486,18 @@
     }, 0);
   }
   document.addEventListener("htmx:oobAfterSwap", scheduleEnsure);
+
+  // Counts: frames of different events render concurrently and may arrive out of order; each
+  // count says when its read began (data-at, microseconds): an older one never replaces a newer.
+  document.addEventListener("htmx:oobBeforeSwap", function (event) {
+    var target = event.detail.target;
+    if (!target || target.id !== "desk-count") return;
+    var incoming = event.detail.fragment.querySelector
+      ? event.detail.fragment.querySelector("#desk-count")
+      : null;
+    var newer = incoming ? Number(incoming.getAttribute("data-at") || 0) : 0;
+    if (newer && newer < Number(target.getAttribute("data-at") || 0)) event.preventDefault();
+  });
 
   desk.addEventListener("gavel:live-resync", function () {
     cache.clear();
