@@ -13,6 +13,7 @@ from ninja import Field, Query, Router
 from pydantic import ConfigDict, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
+from approvals import access as approvals_access
 from approvals.schemas import (
     ApprovalOut,
     DecisionOut,
@@ -25,11 +26,12 @@ from approvals.services.bulk import MAX_BULK, approvals_decide_many
 from approvals.services.decisions import UNSET, approval_decide, approvals_announce_delivered
 from approvals.services.delivery import decisions_answer_async, recheck_seconds
 from budgets.spend import run_costs
-from console import access, realtime
-from console.auth import browser_session, decide_auth, ingest_auth_held
-from console.db import released
-from console.errors import Invalid, RateLimited
-from console.schemas import CamelSchema, OptionalCursor, errors
+from console.core.db import released
+from console.core.errors import Invalid, RateLimited
+from console.core.wire import CamelSchema, OptionalCursor, errors
+from console.live import realtime
+from console.web.auth import browser_session, decide_auth, ingest_auth_held
+from runs import access as runs_access
 
 router = Router(tags=["approvals"])
 LONGPOLL_RETRY_AFTER = 2  # seconds a long-poll refused for its tenant's cap waits to read again
@@ -164,7 +166,7 @@ async def run_decisions(
 ):
     # `wait` and `after` are validated here, after the 404 check (the contract's order), and
     # not by the schema: ninja's 422 path would look the run up from inside the event loop.
-    run = await released(access.run_in_tenant)(tenant_id=request.auth.tenant_id, run_id=run_id)
+    run = await released(runs_access.run_in_tenant)(tenant_id=request.auth.tenant_id, run_id=run_id)
     unknown = sorted(set(request.GET) - {"wait", "after"})
     if unknown:  # a misspelt `wiat=30` would silently not wait
         raise Invalid(
@@ -186,7 +188,7 @@ async def run_decisions(
 )
 def approvals_decide(request, approval_id: str, payload: DecisionIn):
     viewer = request.auth
-    approval = access.approval_for_decider(viewer=viewer, approval_id=approval_id)
+    approval = approvals_access.approval_for_decider(viewer=viewer, approval_id=approval_id)
     arguments = payload.arguments if "arguments" in payload.model_fields_set else UNSET
     approval = approval_decide(
         approval=approval,

@@ -3,6 +3,7 @@ capability of the key's principal). Handlers only translate."""
 
 from ninja import Query, Router
 
+from approvals import access as approvals_access
 from approvals import selectors_rules as selectors
 from approvals.schemas_rules import (
     ExplainIn,
@@ -20,9 +21,8 @@ from approvals.schemas_rules import (
     rule_spec_unsaved,
 )
 from approvals.services.rules import rule_create, rule_deactivate, rule_update
-from console import access
-from console.auth import PrincipalKeyAuth
-from console.schemas import errors
+from console.core.wire import errors
+from console.web.auth import PrincipalKeyAuth
 
 router = Router(tags=["rules"])
 
@@ -102,7 +102,7 @@ def rules_preview_unsaved(request, payload: RuleIn, query: Query[PreviewQuery]):
     summary="One rule",
 )
 def rules_get(request, rule_id: str):
-    return rule_resource(access.rule_for(viewer=request.auth, rule_id=rule_id))
+    return rule_resource(approvals_access.rule_for(viewer=request.auth, rule_id=rule_id))
 
 
 @router.patch(
@@ -114,7 +114,7 @@ def rules_get(request, rule_id: str):
 )
 def rules_patch(request, rule_id: str, payload: RulePatchIn):
     key = request.auth
-    rule = access.rule_for(viewer=key, rule_id=rule_id)
+    rule = approvals_access.rule_for(viewer=key, rule_id=rule_id)
     rule = rule_update(rule=rule, fields=rule_fields(payload), principal=key.principal, key=key)
     return rule_resource(rule)
 
@@ -128,7 +128,9 @@ def rules_patch(request, rule_id: str, payload: RulePatchIn):
 def rules_delete(request, rule_id: str):
     key = request.auth
     rule_deactivate(
-        rule=access.rule_for(viewer=key, rule_id=rule_id), principal=key.principal, key=key
+        rule=approvals_access.rule_for(viewer=key, rule_id=rule_id),
+        principal=key.principal,
+        key=key,
     )
     return 204, None
 
@@ -141,5 +143,5 @@ def rules_delete(request, rule_id: str):
     summary="The calls of the last `days` days this rule would have decided",
 )
 def rules_preview(request, rule_id: str, query: Query[PreviewQuery]):
-    rule = access.rule_for(viewer=request.auth, rule_id=rule_id)
+    rule = approvals_access.rule_for(viewer=request.auth, rule_id=rule_id)
     return selectors.rule_preview(viewer=request.auth, spec=rule.spec(), days=query.days)

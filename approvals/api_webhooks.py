@@ -3,13 +3,14 @@ register, list, delete, and each one's deliveries. Handlers only translate."""
 
 from ninja import Query, Router
 
+from approvals import access as approvals_access
 from approvals import schemas_webhooks as s
 from approvals import selectors_webhooks as selectors
 from approvals.services import webhooks as services
-from console import access, signin
-from console.auth import CapableSession, PrincipalKeyAuth
+from console.core.wire import errors
+from console.directory import access, signin
 from console.models import ApiKey
-from console.schemas import errors
+from console.web.auth import CapableSession, PrincipalKeyAuth
 
 router = Router(tags=["webhooks"])
 
@@ -63,7 +64,7 @@ def webhooks_create(request, payload: s.WebhookIn):
     summary="Delete a webhook: it hears nothing more, pending deliveries are given up",
 )
 def webhooks_delete(request, webhook_id: str):
-    webhook = access.webhook_for(viewer=request.auth, webhook_id=webhook_id)
+    webhook = approvals_access.webhook_for(viewer=request.auth, webhook_id=webhook_id)
     services.webhook_delete(webhook=webhook, **_actor(request))
     return 204, None
 
@@ -76,7 +77,7 @@ def webhooks_delete(request, webhook_id: str):
     summary="A webhook's deliveries, newest first, with attempts, last status and state",
 )
 def webhooks_deliveries(request, webhook_id: str, query: Query[s.ListQuery]):
-    webhook = access.webhook_for(viewer=request.auth, webhook_id=webhook_id)
+    webhook = approvals_access.webhook_for(viewer=request.auth, webhook_id=webhook_id)
     page = selectors.webhook_deliveries_page(webhook=webhook, **query.model_dump())
     items = [services.webhook_delivery_resource(d) for d in page["items"]]
     return {"items": items, "next_cursor": page["next_cursor"]}
@@ -90,6 +91,6 @@ def webhooks_deliveries(request, webhook_id: str, query: Query[s.ListQuery]):
     summary="Send a `webhook.test` event to this endpoint (a delivery like any other)",
 )
 def webhooks_test(request, webhook_id: str):
-    webhook = access.webhook_for(viewer=request.auth, webhook_id=webhook_id)
+    webhook = approvals_access.webhook_for(viewer=request.auth, webhook_id=webhook_id)
     delivery = services.webhook_test_send(webhook=webhook, **_actor(request))
     return 201, services.webhook_delivery_resource(delivery)

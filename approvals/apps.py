@@ -6,7 +6,7 @@ class ApprovalsConfig(AppConfig):
 
     def ready(self):
         from approvals.services import webhooks
-        from console import outbox
+        from console.core import outbox
 
         outbox.register(
             outbox.Sender(

@@ -3,27 +3,27 @@
 
 from __future__ import annotations
 
+from approvals import access as approvals_access
 from approvals import live, live_desk, selectors, selectors_desk
-from console import access, realtime
-from console.consumers import (
+from approvals.nav import NavCountMixin, nav_audience, nav_count_html
+from console.live import realtime
+from console.web.sockets import (
     LiveConsumer,
-    NavCountMixin,
     SharedResults,
     card_audience,
-    nav_audience,
-    nav_count_html,
     query,
 )
+from notifications.live import BellMixin, CallsMixin
 
 FACTS = SharedResults(5.0)  # a run's principal and self-approval rule, per event
 
 
-class InboxConsumer(NavCountMixin, LiveConsumer):
+class InboxConsumer(BellMixin, CallsMixin, NavCountMixin, LiveConsumer):
     def authorize(self) -> list[str]:
         params = query(self.scope)
         self.count_only = params.get("only") == "count"
         if not self.count_only:
-            access.approvals_visible_to(viewer=self.viewer)  # Forbidden without a capability
+            approvals_access.approvals_visible_to(viewer=self.viewer)  # Forbidden without one
         self.desk = params.get("desk") == "1"  # the desk (/approvals/); else cards (run pages)
         if self.desk:
             self.filters = selectors_desk.desk_filters(params)

@@ -6,22 +6,23 @@ renders the inbox's own partials; they run in a worker thread, once per event pe
 
 from __future__ import annotations
 
+from approvals import access as approvals_access
 from approvals import selectors
-from console import access
-from console.consumers import delete, oob, wrap
-from console.errors import NotFound
+from console.core.errors import NotFound
+from console.web.sockets import delete, oob, wrap
+from runs import access as runs_access
 
 
 def run_facts(*, viewer, run_id: str) -> tuple[int | None, bool]:
     """What a card's audience depends on: the run's principal and the self-approval rule."""
-    run = access.run_for(viewer=viewer, run_id=run_id)
+    run = runs_access.run_for(viewer=viewer, run_id=run_id)
     return run.principal_id, run.tenant.allow_self_approval
 
 
 def _shown(*, viewer, approval_ids, filters: dict) -> list:
     """The new calls this viewer's inbox (with these filters) lists: pending, not a parent's
     mirror, and (for one who decides) a call this viewer may decide."""
-    approvals = selectors.pending_calls(access.approvals_visible_to(viewer=viewer))
+    approvals = selectors.pending_calls(approvals_access.approvals_visible_to(viewer=viewer))
     qs = selectors.inbox_filtered(approvals, filters).filter(public_id__in=list(approval_ids))
     rows = selectors.card_rows(qs.order_by("position", "id"))
     return selectors.inbox_shown(viewer=viewer, approvals=rows)
@@ -58,7 +59,7 @@ def cards_html(*, viewer, approval_ids) -> str:
     html = []
     for approval_id in approval_ids:
         try:
-            approval = access.approval_for(viewer=viewer, approval_id=approval_id)
+            approval = approvals_access.approval_for(viewer=viewer, approval_id=approval_id)
         except NotFound:
             continue
         context = selectors.approval_card_context(approval=approval, viewer=viewer)

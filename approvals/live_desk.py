@@ -11,7 +11,7 @@ import time
 
 from approvals import live, selectors_desk
 from approvals.models import Approval, ApprovalStatus
-from console.consumers import delete, oob, wrap
+from console.web.sockets import delete, oob, wrap
 
 
 def count_html(*, viewer, filters: dict) -> str:

@@ -6,8 +6,8 @@ from datetime import datetime
 from typing import Any, Literal
 
 from approvals.models import Approval, ApprovalStatus
-from console.errors import Invalid
-from console.schemas import CamelSchema
+from console.core.errors import Invalid
+from console.core.wire import CamelSchema
 
 ApprovalStatusLiteral = Literal["pending", "approved", "denied", "expired", "cancelled"]
 

@@ -22,8 +22,8 @@ from approvals.rules import (
     examples_normalized,
     examples_problems,
 )
-from console.errors import Invalid
-from console.schemas import CamelSchema, OptionalCursor, StrictBool, WireDatetime
+from console.core.errors import Invalid
+from console.core.wire import CamelSchema, OptionalCursor, StrictBool, WireDatetime
 
 Pattern = Annotated[str, Field(min_length=1, max_length=255)]
 WireId = Annotated[str, Field(min_length=1, max_length=255)]

@@ -11,7 +11,7 @@ from ninja import Field
 from pydantic import AfterValidator, ConfigDict, StrictStr
 from pydantic.alias_generators import to_camel
 
-from console.schemas import CamelSchema, OptionalCursor
+from console.core.wire import CamelSchema, OptionalCursor
 
 URL_PATTERN = "^https?://[^\\u0000]*$"
 

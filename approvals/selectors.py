@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import json
 import re
+from fnmatch import fnmatchcase
 
 from django.utils import timezone
 
+from approvals import access as approvals_access
 from approvals.models import Approval, ApprovalStatus
 from approvals.rules import HUMAN_ONLY_TOOLS
 from approvals.schemas import approval_resource, parse_cursor
 from approvals.services.expiry import approvals_expire_due
 from budgets.spend import run_costs
-from console import access
-from console.errors import Forbidden
+from console.core.errors import Forbidden
+from console.directory import access
 from runs.models import Agent, runs_verdicts
 
 SECRET_KEY_RE = re.compile(
@@ -163,7 +165,11 @@ def _card(approval, viewer, *, refusal, notice, costs=None, verdicts=None) -> di
 
 
 def _refusal(viewer, approval) -> str | None:
-    return access.decide_refusal(viewer, approval) if viewer is not None else "sign in to decide"
+    return (
+        approvals_access.decide_refusal(viewer, approval)
+        if viewer is not None
+        else "sign in to decide"
+    )
 
 
 def approval_card_context(*, approval, viewer, notice: str | None = None) -> dict:
@@ -186,7 +192,7 @@ def inbox_shown(*, viewer, approvals: list[Approval]) -> list[Approval]:
     without the decide capability sees every pending call, read-only)."""
     if not access.can(viewer, "decide"):
         return approvals
-    return access.decidable(viewer, approvals)
+    return approvals_access.decidable(viewer, approvals)
 
 
 def inbox_filtered(qs, filters: dict):
@@ -211,7 +217,7 @@ def inbox_pending(
     child's call is the same call and is listed once (as the child's). `limit`: the oldest
     that many only, read in growing batches (a decider's calls are chosen in Python), so a
     page never reads every pending call of a tenant."""
-    approvals = access.approvals_visible_to(viewer=viewer)
+    approvals = approvals_access.approvals_visible_to(viewer=viewer)
     approvals_expire_due(tenant_id=viewer.tenant_id)
     qs = pending_calls(inbox_filtered(approvals, filters))
     qs = qs.order_by("requested_at", "position", "id")
@@ -264,7 +270,9 @@ def inbox_page(*, viewer, filters: dict | None = None, size: int | None = None) 
     rows = rows[:size]
     if more:  # the rest of the shown steps' calls
         steps = {(a.run_id, a.step) for a in rows}
-        qs = pending_calls(inbox_filtered(access.approvals_visible_to(viewer=viewer), filters))
+        qs = pending_calls(
+            inbox_filtered(approvals_access.approvals_visible_to(viewer=viewer), filters)
+        )
         qs = qs.filter(run_id__in={run for run, _step in steps}).exclude(
             pk__in=[a.pk for a in rows]
         )
@@ -312,7 +320,7 @@ def inbox_filter_choices(
     (the calls the page shows; by default the inbox's first page)."""
     filters = filters or {}
     try:
-        pending = pending_calls(access.approvals_visible_to(viewer=viewer)).order_by()
+        pending = pending_calls(approvals_access.approvals_visible_to(viewer=viewer)).order_by()
         if calls is None:
             calls = inbox_pending(viewer=viewer, limit=INBOX_PAGE)
     except Forbidden:
@@ -320,7 +328,7 @@ def inbox_filter_choices(
     tools = sorted(set(pending.values_list("tool_name", flat=True).distinct()))
     if access.can(viewer, "decide"):
         principal = access.acting_principal(viewer)
-        tools = [t for t in tools if access.tool_decidable(principal, t)]
+        tools = [t for t in tools if approvals_access.tool_decidable(principal, t)]
     agents = Agent.objects.filter(tenant_id=viewer.tenant_id).order_by("external_id")
     found = {
         "tool": tools[:CHOICES],
@@ -341,9 +349,11 @@ def inbox_filter_choices(
 
 def step_pending_for(*, viewer, run, step) -> list[Approval]:
     """The step's pending calls this viewer may decide (for a bulk decision)."""
-    qs = pending_calls(access.approvals_visible_to(viewer=viewer)).filter(run=run, step=step)
+    qs = pending_calls(approvals_access.approvals_visible_to(viewer=viewer)).filter(
+        run=run, step=step
+    )
     rows = card_rows(qs.order_by("position", "id"))
-    return access.decidable(viewer, rows)
+    return approvals_access.decidable(viewer, rows)
 
 
 def approvals_reloaded(*, approvals) -> list[Approval]:
@@ -357,7 +367,7 @@ def approvals_reloaded(*, approvals) -> list[Approval]:
 def approvals_list(*, viewer, status=None, run_id=None, limit=50, cursor=None) -> dict:
     """Approvals of the viewer's tenant, oldest first, keyset-paginated by an opaque cursor."""
     approvals_expire_due(tenant_id=viewer.tenant_id)
-    qs = access.approvals_visible_to(viewer=viewer).select_related(
+    qs = approvals_access.approvals_visible_to(viewer=viewer).select_related(
         "run", "decided_by", "decided_by_rule"
     )
     if status:
@@ -375,3 +385,26 @@ def approvals_list(*, viewer, status=None, run_id=None, limit=50, cursor=None) -
         "items": [approval_resource(a, costs=costs) for a in rows],
         "next_cursor": str(rows[-1].pk) if more else None,
     }
+
+
+def known_tools(*, viewer) -> list[str]:
+    """The distinct tool names of the tenant's approvals, sorted (for the globs' preview)."""
+    access.require_capability(viewer, "admin")
+    names = (
+        Approval.objects.filter(tenant_id=viewer.tenant_id)
+        .order_by("tool_name")
+        .values_list("tool_name", flat=True)
+        .distinct()
+    )
+    return list(names)
+
+
+def tools_matched(*, viewer, globs: list[str]) -> dict:
+    """Which known tool names the globs match (fnmatch, case-sensitive, as `can` decides)."""
+    tools = known_tools(viewer=viewer)
+    globs = [g.strip() for g in globs if g.strip()]
+    matched = [t for t in tools if any(fnmatchcase(t, g) for g in globs)]
+    return {"globs": globs, "matched": matched, "known": len(tools)}
+
+
+# --- teams ---

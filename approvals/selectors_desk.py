@@ -17,14 +17,15 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
+from approvals import access as approvals_access
 from approvals.models import Approval
 from approvals.selectors import card_rows, pending_calls
 from approvals.services.expiry import approvals_expire_due
 from budgets.models import OVERRIDE_TOOL
 from budgets.spend import run_costs
-from console import access
-from console.errors import Forbidden, Invalid
-from console.schemas import keyset_decode, keyset_encode
+from console.core.errors import Forbidden, Invalid
+from console.core.wire import keyset_decode, keyset_encode
+from console.directory import access
 from runs.models import Agent, runs_verdicts
 
 PAGE = 50  # rows a page of the list holds
@@ -93,7 +94,7 @@ def _filtered(qs: QuerySet, *, viewer, filters: dict, now) -> QuerySet:
 def _open(*, viewer) -> QuerySet:
     """Pending calls of the viewer's tenant, not past their expiry, a parent's mirror of a
     parked child's call listed once (as the child's). Forbidden without a capability."""
-    return pending_calls(access.approvals_visible_to(viewer=viewer)).filter(
+    return pending_calls(approvals_access.approvals_visible_to(viewer=viewer)).filter(
         expires_at__gt=timezone.now()
     )
 
@@ -104,7 +105,7 @@ def decidable_pending(*, viewer, filters: dict | None = None) -> QuerySet:
     now = timezone.now()
     qs = _filtered(_open(viewer=viewer), viewer=viewer, filters=filters or {}, now=now)
     tools = qs.order_by().values_list("tool_name", flat=True).distinct()
-    return qs.filter(access.decidable_q(viewer, list(tools)))
+    return qs.filter(approvals_access.decidable_q(viewer, list(tools)))
 
 
 def desk_count(*, viewer, filters: dict | None = None) -> int:

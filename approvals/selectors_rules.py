@@ -13,6 +13,7 @@ from datetime import timedelta
 from django.db.models import Count, F, Max, Q
 from django.utils import timezone
 
+from approvals import access as approvals_access
 from approvals.models import Approval, ApprovalStatus
 from approvals.rules import (
     HUMAN_ONLY_TOOLS,
@@ -25,10 +26,11 @@ from approvals.rules import (
 from approvals.rules.generalise import argument_choices, conditions_from_choices
 from approvals.schemas_rules import rule_resource, rule_spec_unsaved
 from approvals.selectors_desk import decidable_pending
-from console import access
-from console.errors import Invalid, NotFound
+from console.core.errors import Invalid, NotFound
+from console.core.wire import cursor_pk
+from console.directory import access
 from console.models import Principal
-from console.schemas import cursor_pk
+from runs import access as runs_access
 
 SUGGEST_DAYS = 30
 SUGGEST_MIN_DECISIONS = 10
@@ -60,7 +62,7 @@ def _cursor_decode(cursor: str) -> int:
 
 def rules_page(*, viewer, limit: int = 50, cursor: str | None = None) -> tuple[list, str | None]:
     """The tenant's rules, newest first (inactive ones too), keyset-paginated."""
-    qs = access.rules_of(viewer=viewer)
+    qs = approvals_access.rules_of(viewer=viewer)
     if cursor:
         qs = qs.filter(pk__lt=_cursor_decode(cursor))
     rows = list(qs.order_by("-pk")[: limit + 1])
@@ -94,7 +96,7 @@ def rule_suggestions(*, viewer, now=None) -> list[dict]:
     """Each tool and agent that people decided at least 10 times in the last 30 days, always
     the same way, and that no active rule covers; most decided first. The history is one
     aggregate query (GROUP BY tool and agent, on the decided-at index); the rules one more."""
-    rules = access.rules_of(viewer=viewer)
+    rules = approvals_access.rules_of(viewer=viewer)
     now = now or timezone.now()
     approved, denied = ApprovalStatus.APPROVED, ApprovalStatus.DENIED
     groups = (
@@ -156,7 +158,7 @@ def explain_call(*, viewer, tool_name, arguments=None, agent_id=None, principal_
     and conversation come from the run, unless given."""
     tenant_id = viewer.tenant_id
     if run_id is not None:
-        run = access.run_in_tenant(tenant_id=tenant_id, run_id=run_id)
+        run = runs_access.run_in_tenant(tenant_id=tenant_id, run_id=run_id)
         if agent_id is None:
             agent_id = run.current_agent_id
         if principal_id is None and run.principal_id:
@@ -177,10 +179,12 @@ def explain_call(*, viewer, tool_name, arguments=None, agent_id=None, principal_
 def rule_explain(*, viewer, call: Call, now=None) -> dict:
     """Which active rule would decide this call (it decides nothing), and for every active
     rule whose tool glob matches: matched, and why it does not decide."""
-    rules = access.rules_of(viewer=viewer).filter(active=True).order_by("created_at", "id")
+    rules = (
+        approvals_access.rules_of(viewer=viewer).filter(active=True).order_by("created_at", "id")
+    )
     tenant = viewer.tenant
     ruleset = RuleSet([r.spec() for r in rules], allow_self_approval=tenant.allow_self_approval)
-    authority = access.RuleAuthority(ruleset)
+    authority = approvals_access.RuleAuthority(ruleset)
     outcome = ruleset.explain(call, now=now or timezone.now(), authority=authority)
     return {
         "decision": outcome.decision,
@@ -311,7 +315,7 @@ def card_rule_source(*, viewer, approval_id: str):
     """The call a rule is made from ("Always approve calls like this"): NotFound outside the
     tenant; Invalid for a call no rule can ever decide (an over-budget request)."""
     access.require_capability(viewer, "manage_rules")
-    approval = access.approval_for(viewer=viewer, approval_id=approval_id)
+    approval = approvals_access.approval_for(viewer=viewer, approval_id=approval_id)
     if approval.tool_name in HUMAN_ONLY_TOOLS:
         raise Invalid(
             f"rules never decide '{approval.tool_name}' calls: a person always does",

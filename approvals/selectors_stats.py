@@ -19,9 +19,9 @@ from django.db.models import Aggregate, Count, F, FloatField, Func, Q
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
-from console import access
-from console.errors import Invalid
-from console.formatting import short_duration
+from console.core.errors import Invalid
+from console.core.formatting import short_duration
+from console.directory import access
 
 STATS_SCAN = 50_000  # decisions read for the percentiles on SQLite, at most
 MAX_DAYS = 365

@@ -6,9 +6,9 @@ from __future__ import annotations
 import base64
 import binascii
 
+from approvals import access as approvals_access
 from approvals.models import Webhook, WebhookDelivery
-from console import access
-from console.errors import Invalid
+from console.core.errors import Invalid
 
 RECENT_DELIVERIES = 5  # shown under each webhook on /manage/webhooks/
 
@@ -44,14 +44,16 @@ def _page(qs, kind: str, *, limit: int, cursor: str | None) -> tuple[list, str |
 
 def webhooks_page(*, viewer, limit: int = 50, cursor: str | None = None) -> dict:
     """The tenant's webhooks (deleted ones are not listed), newest first."""
-    rows, next_cursor = _page(access.webhooks_of(viewer=viewer), "whk", limit=limit, cursor=cursor)
+    rows, next_cursor = _page(
+        approvals_access.webhooks_of(viewer=viewer), "whk", limit=limit, cursor=cursor
+    )
     return {"items": rows, "next_cursor": next_cursor}
 
 
 def webhook_deliveries_page(
     *, webhook: Webhook, limit: int = 50, cursor: str | None = None
 ) -> dict:
-    """One webhook's deliveries, newest first (`webhook` from access.webhook_for)."""
+    """One webhook's deliveries, newest first (`webhook` from approvals_access.webhook_for)."""
     qs = WebhookDelivery.objects.filter(webhook=webhook)
     rows, next_cursor = _page(qs, "dlv", limit=limit, cursor=cursor)
     return {"items": rows, "next_cursor": next_cursor}
@@ -59,5 +61,5 @@ def webhook_deliveries_page(
 
 def webhooks_with_recent_deliveries(*, viewer) -> list[tuple[Webhook, list[WebhookDelivery]]]:
     """/manage/webhooks/: every live webhook with its last few deliveries (one query each)."""
-    hooks = list(access.webhooks_of(viewer=viewer).order_by("-pk")[:200])
+    hooks = list(approvals_access.webhooks_of(viewer=viewer).order_by("-pk")[:200])
     return [(hook, list(hook.deliveries.order_by("-pk")[:RECENT_DELIVERIES])) for hook in hooks]

@@ -10,11 +10,13 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from approvals import access as approvals_access
 from approvals import selectors
 from approvals.services.decisions import UNSET, approval_decide, approval_extend
-from console import access
-from console.errors import Conflict, Invalid
-from console.views import viewer_view
+from console.core.errors import Conflict, Invalid
+from console.directory import access
+from console.web.pages import viewer_view
+from runs import access as runs_access
 
 CARD = "approvals/card.html"
 GROUP = "approvals/group.html"
@@ -26,7 +28,7 @@ CARD_PAGE = "approvals/card_page.html"
 def card(request, approval_id):
     """One card: the fragment for htmx (the inbox's detail pane, a live client re-fetching it
     after a gap); a full page for every link from outside (mail, Slack, notifications)."""
-    approval = access.approval_for(viewer=request.viewer, approval_id=approval_id)
+    approval = approvals_access.approval_for(viewer=request.viewer, approval_id=approval_id)
     if request.htmx:
         return _card(request, approval)
     # Opened from outside (mail, Slack, a notification): the whole page around the card.
@@ -60,8 +62,8 @@ def _arguments(request, approval, decision):
 @viewer_view
 def decide(request, approval_id):
     viewer = request.viewer
-    approval = access.approval_for(viewer=viewer, approval_id=approval_id)
-    access.may_decide(viewer, approval)
+    approval = approvals_access.approval_for(viewer=viewer, approval_id=approval_id)
+    approvals_access.may_decide(viewer, approval)
     decision = request.POST.get("decision", "")
     try:
         arguments = _arguments(request, approval, decision)
@@ -91,7 +93,7 @@ def _lost(exc: Conflict) -> str:
 @viewer_view
 def extend(request, approval_id):
     viewer = request.viewer
-    approval = access.approval_for(viewer=viewer, approval_id=approval_id)
+    approval = approvals_access.approval_for(viewer=viewer, approval_id=approval_id)
     try:
         approval = approval_extend(approval=approval, viewer=viewer)
     except Conflict as exc:
@@ -104,7 +106,7 @@ def extend(request, approval_id):
 def decide_step(request, run_id, step):
     """Bulk: decide every call of a step this viewer may decide, each its own decision."""
     viewer = request.viewer
-    run = access.run_for(viewer=viewer, run_id=run_id)
+    run = runs_access.run_for(viewer=viewer, run_id=run_id)
     pending = selectors.step_pending_for(viewer=viewer, run=run, step=step)
     if not pending:
         access.require(viewer, "decide")  # 403 before the body's 422

@@ -8,9 +8,9 @@ row); without, the list region (a live client's re-fetch after a gap)."""
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from approvals import access as approvals_access
 from approvals import selectors, selectors_desk
-from console import access
-from console.views import viewer_view
+from console.web.pages import viewer_view
 
 TEMPLATE = "approvals/desk.html"
 
@@ -19,7 +19,7 @@ TEMPLATE = "approvals/desk.html"
 @viewer_view
 def desk(request):
     viewer = request.viewer
-    access.approvals_visible_to(viewer=viewer)  # Forbidden without view_runs or decide
+    approvals_access.approvals_visible_to(viewer=viewer)  # Forbidden without view_runs or decide
     filters = selectors_desk.desk_filters(request.GET)
     page = selectors_desk.desk_page(
         viewer=viewer, filters=filters, cursor=request.GET.get("cursor") or None

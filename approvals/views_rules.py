@@ -12,15 +12,16 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from approvals import access as approvals_access
 from approvals import selectors_rules as selectors
 from approvals import selectors_stats
 from approvals.rules import OPS
 from approvals.services.bulk import MAX_BULK, approvals_decide_many
 from approvals.services.rules import rule_create, rule_deactivate, rule_update
-from console import access
-from console.errors import Forbidden, Invalid
-from console.services.auditlog import audit_refused
-from console.views import viewer_view
+from console.audit.log import audit_refused
+from console.core.errors import Forbidden, Invalid
+from console.directory import access
+from console.web.pages import viewer_view
 
 LIST = "rules/list.html"
 EDITOR = "rules/editor.html"
@@ -255,7 +256,7 @@ def rule_new(request):
 @require_http_methods(["GET", "POST"])
 @viewer_view
 def rule_edit(request, rule_id):
-    rule = access.rule_for(viewer=request.viewer, rule_id=rule_id)
+    rule = approvals_access.rule_for(viewer=request.viewer, rule_id=rule_id)
     if request.method == "POST":
         return _save(request, rule=rule)
     return _editor(request, rule=rule, fields=selectors.rule_fields_of(rule))
@@ -264,7 +265,7 @@ def rule_edit(request, rule_id):
 @require_POST
 @viewer_view
 def rule_deactivate_view(request, rule_id):
-    rule = access.rule_for(viewer=request.viewer, rule_id=rule_id)
+    rule = approvals_access.rule_for(viewer=request.viewer, rule_id=rule_id)
     rule_deactivate(rule=rule, principal=request.viewer)
     if request.htmx:
         context = selectors.rules_page_context(viewer=request.viewer)
@@ -294,7 +295,7 @@ def rule_preview(request):
     access.require_capability(request.viewer, "manage_rules")
     fields, problems = form_fields(request.POST, tenant=request.viewer.tenant)
     rule_id = request.POST.get("rule_id")
-    rule = access.rule_for(viewer=request.viewer, rule_id=rule_id) if rule_id else None
+    rule = approvals_access.rule_for(viewer=request.viewer, rule_id=rule_id) if rule_id else None
     card = _card_source(request, request.POST) if rule is None else None
     context = selectors.rule_preview_context(
         viewer=request.viewer, fields=_with_card(fields, card), rule=rule, problems=problems

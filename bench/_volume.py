@@ -117,8 +117,8 @@ def seed(slug: str, runs: int, *, days: int = 90, say=print) -> dict:
     nothing behind."""
     from django.db import connection, transaction
 
+    from console.directory.services import tenant_create
     from console.models import Principal, Team, Tenant
-    from console.services import tenant_create
     from runs.models import Agent
     from runs.services.usage import usage_by_rebuild
 

@@ -99,8 +99,8 @@ def _seed_if_needed(runs: int) -> None:
 def _viewer_client():
     from django.test import Client
 
+    from console.directory.services import principal_create
     from console.models import Tenant
-    from console.services import principal_create
 
     tenant = Tenant.objects.get(slug=TENANT)
     principal = tenant.principals.filter(external_id=VIEWER).first()
@@ -229,8 +229,8 @@ def _usage_tenant(slug: str, steps: int):
 
     from budgets import rules
     from budgets.services import budget_ensure
+    from console.directory.services import api_key_create, principal_create
     from console.models import Tenant
-    from console.services import api_key_create, principal_create
     from runs.models import UsageDaily
 
     tenant = Tenant.objects.filter(slug=slug).first()
@@ -365,9 +365,9 @@ def _manage_seed(slug: str, principals: int, entries: int):
     form's, so `audit verify` would refuse this chain; the pages never verify it."""
     from django.db import connection
 
+    from console.audit.log import audit_seal
+    from console.directory.services import tenant_create
     from console.models import AuditEvent, Principal, Team
-    from console.services import tenant_create
-    from console.services.auditlog import audit_seal
 
     tenant, _ = tenant_create(slug=slug)
     have_p = Principal.objects.filter(tenant=tenant).count()
@@ -461,7 +461,7 @@ def _manage_seed(slug: str, principals: int, entries: int):
 def _manage_admin(tenant):
     from django.test import Client
 
-    from console.services import principal_create
+    from console.directory.services import principal_create
 
     admin = f"admin@{tenant.slug}.example"
     principal = tenant.principals.filter(external_id=admin).first()
@@ -561,8 +561,8 @@ def _volume_clients(slug: str) -> dict:
     from django.test import Client
 
     from budgets.services import budget_ensure
+    from console.directory.services import principal_create
     from console.models import Tenant
-    from console.services import principal_create
 
     tenant = Tenant.objects.get(slug=slug)
     for name, scope, period, ceiling in (

@@ -9,14 +9,15 @@ from django.http import HttpResponse
 from ninja import Query, Router
 from pydantic import ValidationError, WithJsonSchema
 
+from budgets import access as budgets_access
 from budgets import schemas as s
 from budgets import selectors, services
 from budgets.check import budget_check
-from console import access
-from console.auth import CapableSession, PrincipalKeyAuth, ingest_auth
-from console.csvsafe import csv_text
-from console.errors import Invalid
-from console.schemas import errors, strict_json, unstorable_text
+from console.core.csvsafe import csv_text
+from console.core.errors import Invalid
+from console.core.wire import errors, strict_json, unstorable_text
+from console.web.auth import CapableSession, PrincipalKeyAuth, ingest_auth
+from runs import access as runs_access
 
 router = Router(tags=["budgets"])
 
@@ -180,7 +181,7 @@ def budgets_check(request):
     body = _check_body(request)
     run = None
     if isinstance(body.get("runId"), str):
-        run = access.run_in_tenant(tenant_id=tenant_id, run_id=body["runId"])  # 404 first
+        run = runs_access.run_in_tenant(tenant_id=tenant_id, run_id=body["runId"])  # 404 first
     payload = _validated(body)
     return budget_check(
         tenant_id=tenant_id,
@@ -211,7 +212,9 @@ def budgets_get(request, budget_id: str):
 )
 def budgets_patch(request, budget_id: str, payload: s.BudgetPatch):
     viewer = request.auth
-    budget = access.budget_for(viewer=viewer, budget_id=budget_id, capability="manage_budgets")
+    budget = budgets_access.budget_for(
+        viewer=viewer, budget_id=budget_id, capability="manage_budgets"
+    )
     services.budget_update(budget=budget, fields=payload.changes(), viewer=viewer)
     return selectors.budget_read(viewer=viewer, budget_id=budget_id)
 
@@ -224,6 +227,8 @@ def budgets_patch(request, budget_id: str, payload: s.BudgetPatch):
 )
 def budgets_delete(request, budget_id: str):
     viewer = request.auth
-    budget = access.budget_for(viewer=viewer, budget_id=budget_id, capability="manage_budgets")
+    budget = budgets_access.budget_for(
+        viewer=viewer, budget_id=budget_id, capability="manage_budgets"
+    )
     services.budget_archive(budget=budget, viewer=viewer)
     return 204, None

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 from babel.dates import format_date, format_datetime
 from babel.numbers import format_compact_currency, format_currency, get_currency_precision
 
-from console.formatting import money
+from console.core.formatting import money
 
 LOCALE = "en"
 HOUR = timedelta(hours=1)

@@ -19,8 +19,9 @@ from approvals.models import ApprovalStatus
 from approvals.services.requests import approvals_request
 from budgets import rules, spend
 from budgets.models import OVERRIDE_TOOL, BudgetOverride, OverBudget
-from console import access, realtime
-from console.errors import Conflict
+from console.core.errors import Conflict
+from console.live import realtime
+from runs import access as runs_access
 from runs.models import RunStatus
 
 
@@ -101,7 +102,7 @@ def budget_check(
     """The check's answer (snake_case; schemas.BudgetCheckOut maps it to the wire). The run
     is NotFound outside the tenant and a Conflict once finished. Spends nothing."""
     now = now or timezone.now()
-    run = run or access.run_in_tenant(tenant_id=tenant_id, run_id=run_id)
+    run = run or runs_access.run_in_tenant(tenant_id=tenant_id, run_id=run_id)
     _not_finished(run)
     entries = _entries(run=run, estimate=estimated_cost, tokens=estimated_tokens, now=now)
     tripped = next((e for e in entries if not e["allowed"]), None)
@@ -132,7 +133,7 @@ def _ask(*, run_id, tenant_id, estimated_cost, estimated_tokens, now) -> dict:
     """Over an `ask` budget: under the run's lock, the pending override answers again; an
     approved, unused one whose estimate covers this one lets the step through (used up);
     otherwise a new override approval is requested."""
-    run = access.run_in_tenant(tenant_id=tenant_id, run_id=run_id, for_update=True)
+    run = runs_access.run_in_tenant(tenant_id=tenant_id, run_id=run_id, for_update=True)
     _not_finished(run)
     entries = _entries(run=run, estimate=estimated_cost, tokens=estimated_tokens, now=now)
     overrides = list(

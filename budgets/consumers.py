@@ -12,28 +12,28 @@ from __future__ import annotations
 
 from datetime import date
 
+from approvals.nav import NavCountMixin, nav_audience, nav_count_html
+from budgets import access as budgets_access
 from budgets import live
 from budgets import selectors_pages as pages
-from console import access, realtime
-from console.consumers import (
+from console.core.errors import Invalid
+from console.live import realtime
+from console.web.sockets import (
     LiveConsumer,
-    NavCountMixin,
     SharedResults,
-    nav_audience,
-    nav_count_html,
     query,
 )
-from console.errors import Invalid
+from notifications.live import BellMixin, CallsMixin
 
 STATES = SharedResults(1.0)  # the state sent on subscribe: shared for a second at most
 
 
-class BudgetsConsumer(NavCountMixin, LiveConsumer):
+class BudgetsConsumer(BellMixin, CallsMixin, NavCountMixin, LiveConsumer):
     def authorize(self) -> list[str]:
         self.budget_id = self.scope["url_route"]["kwargs"].get("budget_id")
         self.usage = None
         if self.budget_id is None:
-            access.budgets_visible_to(viewer=self.viewer)  # Forbidden without view_budgets
+            budgets_access.budgets_visible_to(viewer=self.viewer)  # Forbidden without view_budgets
             params = query(self.scope)
             try:
                 self.usage = pages.usage_range(
@@ -42,7 +42,7 @@ class BudgetsConsumer(NavCountMixin, LiveConsumer):
             except Invalid:  # the page shows no breakdowns then: nothing of them to push
                 self.usage = None
         else:
-            access.budget_for(viewer=self.viewer, budget_id=self.budget_id)  # 4404 / 4403
+            budgets_access.budget_for(viewer=self.viewer, budget_id=self.budget_id)  # 4404 / 4403
         tenant_id = self.viewer.tenant_id
         return [realtime.budgets_group(tenant_id), realtime.inbox_group(tenant_id)]
 

@@ -19,8 +19,8 @@ from pydantic import ValidationError
 
 from budgets import schemas
 from budgets.services import budget_snapshot
-from console.errors import Conflict, GavelError
-from console.formatting import money
+from console.core.errors import Conflict, GavelError
+from console.core.formatting import money
 
 SCOPES = (
     ("tenant", "The whole tenant"),

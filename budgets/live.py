@@ -7,7 +7,7 @@ audience (the consumers share the result between their sockets).
 from __future__ import annotations
 
 from budgets import selectors_pages as pages
-from console.consumers import oob
+from console.web.sockets import oob
 
 INDEX = "budgets/index.html"
 DETAIL = "budgets/detail.html"

@@ -12,8 +12,8 @@ from pydantic import ConfigDict, StrictStr
 from pydantic.alias_generators import to_camel
 
 from budgets.rules import DEFAULT_THRESHOLDS, THRESHOLD_MAX, THRESHOLD_MIN
-from console.errors import Invalid
-from console.schemas import INT64_MAX, CamelSchema, Int64, OptionalCursor, wire_int
+from console.core.errors import Invalid
+from console.core.wire import INT64_MAX, CamelSchema, Int64, OptionalCursor, wire_int
 
 MAX_USAGE_DAYS = 366
 DIMENSIONS = ("day", "principal", "agent", "model", "team")  # the contract's column order

@@ -11,13 +11,14 @@ from datetime import date
 from django.db import connection
 from django.utils import timezone
 
+from budgets import access as budgets_access
 from budgets import rules
 from budgets.schemas import DIMENSIONS
 from budgets.spend import LIST_RELATED, budget_current, budgets_current
-from console import access
-from console.errors import Invalid
+from console.core.errors import Invalid
+from console.core.wire import cursor_pk
+from console.directory import access
 from console.models import Principal, Team
-from console.schemas import cursor_pk
 from runs.models import UsageDaily, UsageDailyBy
 
 ROW_KEYS = {
@@ -237,7 +238,7 @@ def budget_resource(budget, *, current: dict) -> dict:
 
 def budget_read(*, viewer, budget_id: str, now=None) -> dict:
     """One budget's resource (archived ones too)."""
-    budget = access.budget_for(viewer=viewer, budget_id=budget_id)
+    budget = budgets_access.budget_for(viewer=viewer, budget_id=budget_id)
     return budget_resource(budget, current=budget_current(budget=budget, now=now))
 
 
@@ -259,7 +260,7 @@ def _cursor(raw: str | None) -> int:
 
 def budgets_list(*, viewer, limit: int = 50, cursor: str | None = None, now=None) -> dict:
     """The tenant's active budgets, oldest first, keyset-paginated by an opaque cursor."""
-    qs = access.budgets_visible_to(viewer=viewer).filter(pk__gt=_cursor(cursor))
+    qs = budgets_access.budgets_visible_to(viewer=viewer).filter(pk__gt=_cursor(cursor))
     rows = list(
         qs.select_related(*LIST_RELATED).prefetch_related("leads").order_by("pk")[: limit + 1]
     )

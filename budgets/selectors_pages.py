@@ -16,6 +16,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from budgets import access as budgets_access
 from budgets import charts, rules, spend
 from budgets.models import BudgetAlert, BudgetOverride
 from budgets.selectors_usage import (
@@ -26,8 +27,8 @@ from budgets.selectors_usage import (
     usage_range,
     usage_range_context,
 )
-from console import access
-from console.formatting import money
+from console.core.formatting import money
+from console.directory import access
 from console.models import Principal, Team
 from runs.models import Agent
 
@@ -189,15 +190,15 @@ def _cards(budgets: list, *, now=None, detail: bool = False) -> list[dict]:
 def budget_list_context(*, viewer, now=None) -> dict:
     """`budgets/index.html#budget-list` (id `budget-list`): every active budget of the tenant
     with its burn chart for the current period, oldest first."""
-    qs = access.budgets_visible_to(viewer=viewer)
+    qs = budgets_access.budgets_visible_to(viewer=viewer)
     budgets = list(qs.select_related(*spend.LIST_RELATED).prefetch_related("leads").order_by("pk"))
     return {"cards": _cards(budgets, now=now)}
 
 
 def budget_page_budget(*, viewer, budget_id: str):
     """The budget a detail page shows (archived ones too): 404 outside the viewer's tenant,
-    403 without view_budgets (`access.budget_for`)."""
-    return access.budget_for(viewer=viewer, budget_id=budget_id)
+    403 without view_budgets (`budgets_access.budget_for`)."""
+    return budgets_access.budget_for(viewer=viewer, budget_id=budget_id)
 
 
 def budget_card_context(*, viewer, budget, now=None) -> dict:

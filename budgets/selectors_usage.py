@@ -9,7 +9,7 @@ from datetime import date, timedelta
 from babel.numbers import format_decimal
 
 from budgets import charts, rules, schemas, selectors
-from console.formatting import money
+from console.core.formatting import money
 
 DIMENSIONS = ("day", "principal", "agent", "model", "team")  # the breakdowns, in page order
 DIMENSION_TITLES = {

@@ -16,10 +16,10 @@ from django.utils import timezone
 
 from budgets import rules, spend
 from budgets.models import Budget, BudgetAlert, ScopeType
-from console import access
-from console.errors import Conflict, Invalid
+from console.core.errors import Conflict, Invalid
+from console.directory import access
+from console.directory.services import _get_or_create, audit
 from console.models import ApiKey, Principal, Team
-from console.services import _get_or_create, audit
 from notifications.services import notify
 from runs.models import Agent
 

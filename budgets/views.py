@@ -12,13 +12,14 @@ from __future__ import annotations
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 
+from budgets import access as budgets_access
 from budgets import schemas, selectors, services
 from budgets import selectors_pages as pages
 from budgets.forms import NEW_INITIAL, OVER_BUDGET, PERIODS, SCOPES, BudgetForm, initial
-from console import access
-from console.csvsafe import csv_text
-from console.errors import Conflict, Invalid
-from console.views import error_page, viewer_view
+from console.core.csvsafe import csv_text
+from console.core.errors import Conflict, Invalid
+from console.directory import access
+from console.web.pages import error_page, viewer_view
 
 INDEX = "budgets/index.html"
 DETAIL = "budgets/detail.html"
@@ -166,7 +167,9 @@ def create(request):
 @viewer_view
 def edit(request, budget_id: str):
     viewer = request.viewer
-    budget = access.budget_for(viewer=viewer, budget_id=budget_id, capability="manage_budgets")
+    budget = budgets_access.budget_for(
+        viewer=viewer, budget_id=budget_id, capability="manage_budgets"
+    )
     currency = viewer.tenant.currency
     if request.method != "POST":
         form = BudgetForm(initial=initial(budget, currency=currency), currency=currency)
@@ -182,7 +185,9 @@ def edit(request, budget_id: str):
 def archive(request, budget_id: str):
     """DELETE /budgets/{id}'s service: archived, no longer listed or applied."""
     viewer = request.viewer
-    budget = access.budget_for(viewer=viewer, budget_id=budget_id, capability="manage_budgets")
+    budget = budgets_access.budget_for(
+        viewer=viewer, budget_id=budget_id, capability="manage_budgets"
+    )
     if request.method != "POST":
         return error_page(request, status=405, title="Not allowed", message="use the form")
     services.budget_archive(budget=budget, viewer=viewer)

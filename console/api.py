@@ -21,19 +21,23 @@ from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 
+from approvals import access as approvals_access
 from approvals.api import router as approvals_router
 from approvals.api_rules import router as rules_router
 from approvals.api_webhooks import router as webhooks_router
+from budgets import access as budgets_access
 from budgets.api import router as budgets_router
-from console import access, db, signin
-from console.api_audit import router as audit_router
-from console.api_directory import router as directory_router
-from console.api_keys import router as keys_router
-from console.api_oidc import router as oidc_router
-from console.errors import DatabaseUnavailable, GavelError
-from console.schemas import strict_json, unstorable_text
-from console.services.auditlog import audit_refused
+from console.audit.log import audit_refused
+from console.core import db
+from console.core.errors import DatabaseUnavailable, GavelError
+from console.core.wire import strict_json, unstorable_text
+from console.directory import access, signin
+from console.manage.api.audit import router as audit_router
+from console.manage.api.directory import router as directory_router
+from console.manage.api.keys import router as keys_router
+from console.manage.api.oidc import router as oidc_router
 from notifications.api import router as notifications_router
+from runs import access as runs_access
 from runs.api import router as runs_router
 from runs.api_state import router as runs_state_router
 
@@ -212,13 +216,13 @@ def _check_path_objects(request) -> None:
         return
     kwargs = match.kwargs
     if "run_id" in kwargs and request.method != "PUT":  # PUT .../state may create the run
-        access.run_in_tenant(tenant_id=tenant_id, run_id=kwargs["run_id"])
+        runs_access.run_in_tenant(tenant_id=tenant_id, run_id=kwargs["run_id"])
     if "approval_id" in kwargs:
-        access.approval_in_tenant(tenant_id=tenant_id, approval_id=kwargs["approval_id"])
+        approvals_access.approval_in_tenant(tenant_id=tenant_id, approval_id=kwargs["approval_id"])
     if "rule_id" in kwargs:
-        access.rule_in_tenant(tenant_id=tenant_id, rule_id=kwargs["rule_id"])
+        approvals_access.rule_in_tenant(tenant_id=tenant_id, rule_id=kwargs["rule_id"])
     if "budget_id" in kwargs:
-        access.budget_in_tenant(tenant_id=tenant_id, budget_id=kwargs["budget_id"])
+        budgets_access.budget_in_tenant(tenant_id=tenant_id, budget_id=kwargs["budget_id"])
     for param, kind in (
         ("principal_id", "principal"),
         ("role_name", "role"),
@@ -229,7 +233,7 @@ def _check_path_objects(request) -> None:
     if "key_id" in kwargs:
         access.key_in_tenant(tenant_id=tenant_id, key_id=kwargs["key_id"])
     if "webhook_id" in kwargs:
-        access.webhook_in_tenant(tenant_id=tenant_id, webhook_id=kwargs["webhook_id"])
+        approvals_access.webhook_in_tenant(tenant_id=tenant_id, webhook_id=kwargs["webhook_id"])
 
 
 def _field_path(loc) -> str:

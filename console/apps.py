@@ -10,8 +10,12 @@ class ConsoleConfig(AppConfig):
         # every sign-in records its time in the session (console.signin's receiver); the sweep
         # seals audit entries whose commit-time seal was skipped (console.services.auditlog)
         # and signs the audit chains' heads (console.services.auditcheckpoints).
-        from console import checks, outbox, realtime, signin  # noqa: F401
-        from console.services import auditcheckpoints, auditlog
+        from console import checks  # noqa: F401
+        from console.audit import checkpoints as auditcheckpoints
+        from console.audit import log as auditlog
+        from console.core import outbox  # noqa: F401
+        from console.directory import signin  # noqa: F401
+        from console.live import realtime  # noqa: F401
 
         outbox.register(
             outbox.Sender(

@@ -13,8 +13,9 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from console import serving, wsframes  # noqa: E402
-from console.bodylimit import BodyLimit  # noqa: E402
+from console.core import serving  # noqa: E402
+from console.core.bodylimit import BodyLimit  # noqa: E402
+from console.live import frames as wsframes  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
 
 serving.install()  # under daphne: its HTTP edge bounded (a no-op under any other server)

@@ -1,4 +1,4 @@
-from console import access
+from console.directory import access
 
 
 def console(request):

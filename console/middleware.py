@@ -1,8 +1,8 @@
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.signals import got_request_exception
 
-from console import db, links
-from console.errors import DatabaseUnavailable
+from console.core import db, links
+from console.core.errors import DatabaseUnavailable
 
 # Only our own scripts and styles; images may be inline data (from `$bytes` envelopes).
 CSP = "; ".join(

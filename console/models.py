@@ -7,7 +7,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from console import auditchain
+from console.core import auditchain
 
 CAPABILITIES = ("view_runs", "decide", "view_budgets", "manage_budgets", "manage_rules", "admin")
 # `ingest`: write runs, read decisions; `decide`: decide as the bound principal; `manage`: the

@@ -2,8 +2,10 @@ from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
-from console import accounts, passwords, scim, sso, views
+from console.accounts import passwords, scim, sso
+from console.accounts import views as accounts
 from console.api import api
+from console.web import pages as views
 
 urlpatterns = [
     path("api/v1/", api.urls),

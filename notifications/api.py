@@ -7,8 +7,8 @@ from typing import Annotated
 
 from ninja import Field, Query, Router
 
-from console.auth import browser_session, manage_auth
-from console.schemas import CamelSchema, OptionalCursor, errors
+from console.core.wire import CamelSchema, OptionalCursor, errors
+from console.web.auth import browser_session, manage_auth
 from notifications.models import NotificationKind
 from notifications.preferences import notification_settings_update
 from notifications.schemas import (

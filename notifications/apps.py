@@ -5,7 +5,7 @@ class NotificationsConfig(AppConfig):
     name = "notifications"
 
     def ready(self):
-        from console import outbox
+        from console.core import outbox
         from notifications import calls, mail, slack_responses
 
         # Mail is the sweep's alone (console/outbox.py): never a server process's work. The

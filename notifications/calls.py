@@ -9,7 +9,7 @@ mail one batch twice). The mail itself then leaves through the mail outbox
 (notifications/mail.py), in the same sweep round, with its retries. So a request never waits on
 a mail server, and a crash between commit and send loses nothing.
 
-Cost per batch (500 calls, 50 recipients): who may decide what is `access.decidable`, one
+Cost per batch (500 calls, 50 recipients): who may decide what is `approvals_access.decidable`, one
 question per recipient and tool name; each call's lines (and the run's cost) are computed, and
 each distinct list of calls rendered, once for the batch, not once per mail.
 """
@@ -25,10 +25,11 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.safestring import mark_safe
 
+from approvals import access as approvals_access
 from approvals.models import Approval, ApprovalStatus
 from budgets.spend import run_costs
-from console import access, links
-from console.formatting import money
+from console.core import links
+from console.core.formatting import money
 from console.models import Principal
 from notifications.models import CallBatch, EmailChoice, NotificationSettings, OutboundEmail
 
@@ -142,7 +143,7 @@ def _batch_mail(batch: CallBatch) -> list[OutboundEmail]:
         return []
     mails, shared = [], _Shared()
     for principal in _deciders(tenant_id=batch.tenant_id, email=EmailChoice.NOW):
-        calls = access.decidable(principal, approvals)
+        calls = approvals_access.decidable(principal, approvals)
         if calls:
             mails.append(_mail(principal=principal, approvals=calls, digest=False, shared=shared))
     return mails
@@ -176,7 +177,7 @@ def _digest_mail(row: NotificationSettings, since, now) -> OutboundEmail | None:
             tenant_id=principal.tenant_id, requested_at__gt=since, requested_at__lte=now
         )
     )
-    calls = access.decidable(principal, approvals)
+    calls = approvals_access.decidable(principal, approvals)
     return _mail(principal=principal, approvals=calls, digest=True) if calls else None
 
 

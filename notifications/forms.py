@@ -8,7 +8,7 @@ from __future__ import annotations
 from django import forms
 from pydantic import ValidationError
 
-from console.errors import GavelError
+from console.core.errors import GavelError
 from notifications.schemas import NotificationSettingsPatch
 
 EMAIL_CHOICES = (

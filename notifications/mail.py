@@ -17,7 +17,7 @@ from django.core.mail import EmailMultiAlternatives, get_connection
 from django.core.mail.backends.base import BaseEmailBackend
 from django.utils import timezone
 
-from console import outbox
+from console.core import outbox
 from notifications.models import EmailState, OutboundEmail
 
 log = logging.getLogger(__name__)

@@ -20,10 +20,10 @@ from datetime import timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from console import access
-from console.errors import Conflict
+from console.core.errors import Conflict
+from console.directory import access
+from console.directory.services import audit
 from console.models import ApiKey
-from console.services import audit
 from notifications.models import EmailChoice, NotificationSettings
 from notifications.schemas import (
     SLACK_USER_ID_PATTERN,

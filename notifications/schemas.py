@@ -9,7 +9,7 @@ from ninja import Field
 from pydantic import ConfigDict, StrictBool, StrictStr
 from pydantic.alias_generators import to_camel
 
-from console.schemas import CamelSchema, wire_int
+from console.core.wire import CamelSchema, wire_int
 from notifications.models import DIGEST_MINUTES_MAX, DIGEST_MINUTES_MIN
 
 _FORBID = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")

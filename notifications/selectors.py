@@ -10,10 +10,12 @@ from datetime import datetime
 
 from django.db.models import Q
 
+from approvals import access as approvals_access
 from approvals.models import Approval, ApprovalStatus
-from console import access
-from console.errors import Forbidden, Invalid
-from console.schemas import cursor_pk
+from console.core.errors import Forbidden, Invalid
+from console.core.wire import cursor_pk
+from console.directory import access
+from notifications import access as notifications_access
 from notifications.models import NotificationSettings
 from notifications.schemas import notification_settings_resource
 
@@ -56,7 +58,7 @@ def notification_resource(notification) -> dict:
 
 def _page(*, viewer, unread: bool | None, limit: int, cursor: str | None, path: str):
     """One page, newest first, keyset on (at, id): (rows, next cursor or None)."""
-    qs = access.notifications_of(viewer=viewer)
+    qs = notifications_access.notifications_of(viewer=viewer)
     if unread is not None:
         qs = qs.filter(read_at__isnull=unread)
     if cursor:
@@ -82,7 +84,7 @@ def notifications_list(
 def nav_unread_count_context(*, viewer) -> dict:
     """`base.html#nav-notification-count`: the viewer's unread notifications."""
     try:
-        unread = access.notifications_of(viewer=viewer).filter(read_at__isnull=True)
+        unread = notifications_access.notifications_of(viewer=viewer).filter(read_at__isnull=True)
     except Forbidden:
         return {"nav_unread_count": 0}
     return {"nav_unread_count": unread.count()}
@@ -105,7 +107,9 @@ def notifications_page_context(*, viewer, show: str = "all", cursor: str = "") -
         cursor=cursor or None,
         path="cursor",
     )
-    unread = access.notifications_of(viewer=viewer).filter(read_at__isnull=True).count()
+    unread = (
+        notifications_access.notifications_of(viewer=viewer).filter(read_at__isnull=True).count()
+    )
     return {
         "items": rows,
         "show": show,
@@ -146,7 +150,7 @@ def browser_calls(*, viewer, approval_ids) -> list[dict]:
     )
     calls = []
     for approval in approvals:
-        if access.decide_refusal(viewer, approval) is not None:
+        if approvals_access.decide_refusal(viewer, approval) is not None:
             continue
         run = approval.run
         who = f" for {run.principal.external_id}" if run.principal_id else ""

@@ -14,8 +14,11 @@ from django.template.loader import select_template
 from django.utils import timezone
 
 from approvals.services.webhooks import webhook_payloads_check, webhooks_enqueue
-from console import access, links, realtime
+from console.core import links
+from console.directory import access
+from console.live import realtime
 from console.models import Principal
+from notifications import access as notifications_access
 from notifications.models import Notification, NotificationKind, OutboundEmail
 
 TITLE_MAX = Notification._meta.get_field("title").max_length
@@ -129,7 +132,9 @@ def _notify_write(*, tenant, kind, principals, title, body, url, webhook_event, 
 @transaction.atomic
 def notification_mark_read(*, viewer, notification_id: str) -> Notification:
     """Mark one of the viewer's own notifications read (again: no change). 404 for others'."""
-    notification = access.notification_for(viewer=viewer, notification_id=notification_id)
+    notification = notifications_access.notification_for(
+        viewer=viewer, notification_id=notification_id
+    )
     if notification.read_at is None:
         now = timezone.now()
         updated = Notification.objects.filter(pk=notification.pk, read_at__isnull=True).update(
@@ -144,7 +149,7 @@ def notification_mark_read(*, viewer, notification_id: str) -> Notification:
 @transaction.atomic
 def notifications_mark_all_read(*, viewer) -> int:
     """Mark every unread notification of the viewer read. Returns how many changed."""
-    unread = access.notifications_of(viewer=viewer).filter(read_at__isnull=True)
+    unread = notifications_access.notifications_of(viewer=viewer).filter(read_at__isnull=True)
     changed = unread.update(read_at=timezone.now())
     if changed:
         realtime.notifications_changed(principals=[access.acting_principal(viewer)])

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 
-from console import links
+from console.core import links
 
 ARGUMENTS_MAX = 300
 HEADLINE = {

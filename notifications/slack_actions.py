@@ -34,12 +34,12 @@ from urllib.parse import parse_qs
 
 from slack_sdk.signature import SignatureVerifier
 
+from approvals import access as approvals_access
 from approvals.models import Approval
 from approvals.schemas import ApprovalOut, approval_resource
 from approvals.services.decisions import approval_decide
 from budgets.spend import run_costs
-from console import access
-from console.errors import Conflict, Forbidden
+from console.core.errors import Conflict, Forbidden
 from notifications.models import NotificationSettings
 from notifications.preferences import (
     link_code_normalized,
@@ -188,7 +188,7 @@ def _decide(approval: Approval, payload: dict, decision: str) -> SlackAnswer:
         )
     principal = settings.principal
     run_for = approval.run.principal.external_id if approval.run.principal_id else None
-    refusal = access.slack_decide_refusal(principal, approval)
+    refusal = approvals_access.slack_decide_refusal(principal, approval)
     if refusal:
         return _ephemeral(f"Not decided: {refusal}.")
     try:

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from console import outbound, outbox
+from console.core import outbound, outbox
 from notifications.models import SlackResponse, SlackResponseStatus
 
 SENDER = "slack responses"

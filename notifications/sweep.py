@@ -22,11 +22,13 @@ from datetime import timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from approvals import access as approvals_access
 from approvals.models import Approval, ApprovalStatus
 from approvals.schemas import ApprovalOut, approval_resource
 from approvals.services.expiry import approvals_expire_due
 from budgets.spend import run_costs
-from console import access, outbox
+from console.core import outbox
+from console.directory import access
 from console.models import Principal, Team, Tenant
 from notifications.models import ApprovalNotice, NotificationKind
 from notifications.services import notify
@@ -58,7 +60,7 @@ def _due(*, tenant: Tenant, kind: str, now, limit: int) -> list[Approval]:
 def _deciders(approval: Approval) -> list[Principal]:
     people = Principal.objects.filter(tenant_id=approval.tenant_id, is_active=True)
     people = people.prefetch_related("roles").order_by("external_id")
-    return [p for p in people if access.decide_refusal(p, approval) is None]
+    return [p for p in people if approvals_access.decide_refusal(p, approval) is None]
 
 
 def _escalation_targets(approval: Approval) -> list[Principal]:

@@ -11,8 +11,8 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
 
-from console.errors import Conflict, Invalid
-from console.views import error_page, viewer_view
+from console.core.errors import Conflict, Invalid
+from console.web.pages import error_page, viewer_view
 from notifications.forms import EMAIL_CHOICES, NotificationSettingsForm, initial
 from notifications.preferences import notification_settings_update, slack_link_start
 from notifications.selectors import (

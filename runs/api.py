@@ -2,8 +2,8 @@
 
 from ninja import Query, Router, Status
 
-from console.auth import ingest_auth
-from console.schemas import errors
+from console.core.wire import errors
+from console.web.auth import ingest_auth
 from runs import schemas as s
 from runs.selectors import run_get, run_resource, runs_list
 from runs.services.ingest import run_admit, run_events_apply

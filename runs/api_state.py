@@ -6,9 +6,9 @@ from typing import Annotated
 from ninja import Router, Status
 from pydantic import SkipValidation
 
-from console import access
-from console.auth import ingest_auth
-from console.schemas import errors
+from console.core.wire import errors
+from console.web.auth import ingest_auth
+from runs import access as runs_access
 from runs import schemas as s
 from runs.schemas_state import RunOutcomeIn, RunStateIn, RunStateOut
 from runs.selectors import run_resource
@@ -43,7 +43,7 @@ def runs_state_put(request, run_id: str, payload: Annotated[RunStateIn, SkipVali
     summary="The run as a RunState, with decisions applied (to resume it elsewhere)",
 )
 def runs_state_get(request, run_id: str):
-    run = access.run_for(viewer=request.auth, run_id=run_id)
+    run = runs_access.run_for(viewer=request.auth, run_id=run_id)
     return run_state_render(run=run)
 
 
@@ -55,5 +55,5 @@ def runs_state_get(request, run_id: str):
     summary="Report an invocation's outcome (IRunOutcome: DONE, PAUSED or ABORTED)",
 )
 def runs_outcome(request, run_id: str, payload: RunOutcomeIn):
-    run = access.run_in_tenant(tenant_id=request.auth.tenant_id, run_id=run_id)
+    run = runs_access.run_in_tenant(tenant_id=request.auth.tenant_id, run_id=run_id)
     return run_resource(run=run_outcome_apply(run=run, outcome=payload))

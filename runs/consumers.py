@@ -5,27 +5,27 @@ Both also keep the navigation's pending count current (they listen to the tenant
 
 from __future__ import annotations
 
-from console import access, realtime
-from console.consumers import (
+from approvals.nav import NavCountMixin, nav_audience, nav_count_html
+from console.live import realtime
+from console.web.sockets import (
     LiveConsumer,
-    NavCountMixin,
     SharedResults,
     card_audience,
-    nav_audience,
-    nav_count_html,
     query,
 )
+from notifications.live import BellMixin, CallsMixin
+from runs import access as runs_access
 from runs import live
 
 STATES = SharedResults(1.0)  # the state sent on subscribe: shared for a second at most
 
 
-class RunConsumer(NavCountMixin, LiveConsumer):
+class RunConsumer(BellMixin, CallsMixin, NavCountMixin, LiveConsumer):
     """One run: steps appended and replaced live, header, usage, todos, verdicts, held calls."""
 
     def authorize(self) -> list[str]:
         self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
-        run = access.run_for(viewer=self.viewer, run_id=self.run_id)
+        run = runs_access.run_for(viewer=self.viewer, run_id=self.run_id)
         self.tenant_id = run.tenant_id
         self.run_principal_id = run.principal_id
         self.allow_self = run.tenant.allow_self_approval
@@ -110,11 +110,11 @@ LIST_FILTERS = (
 )
 
 
-class RunListConsumer(NavCountMixin, LiveConsumer):
+class RunListConsumer(BellMixin, CallsMixin, NavCountMixin, LiveConsumer):
     """/runs/: status badges and counts of the rows shown; new runs at the top."""
 
     def authorize(self) -> list[str]:
-        access.runs_visible_to(viewer=self.viewer)  # Forbidden without view_runs
+        runs_access.runs_visible_to(viewer=self.viewer)  # Forbidden without view_runs
         params = query(self.scope)
         self.inserts = not any(params.get(name) for name in LIST_FILTERS)
         tenant_id = self.viewer.tenant_id

@@ -9,8 +9,9 @@ share the result between their sockets).
 from __future__ import annotations
 
 from approvals.live import cards_html
-from console.consumers import delete, nav_count_html, oob, wrap
-from console.errors import NotFound
+from approvals.nav import nav_count_html
+from console.core.errors import NotFound
+from console.web.sockets import delete, oob, wrap
 from runs import selectors_pages as pages
 from runs.models import RunEvent
 

@@ -22,7 +22,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from approvals.schemas import ApprovalOut
-from console.schemas import (
+from console.core.wire import (
     INT32_MAX,
     INT64_MAX,
     CamelModel,

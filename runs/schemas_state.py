@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, ConfigDict, Field, StringConstraints
 
 from approvals.schemas import DecisionOut
-from console.schemas import Int32, in_utc_range
+from console.core.wire import Int32, in_utc_range
 from runs.schemas import (
     In,
     MessageIn,

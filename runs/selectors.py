@@ -12,9 +12,9 @@ from approvals.models import Approval, ApprovalStatus
 from approvals.schemas import approval_resource
 from approvals.services.expiry import approvals_expire_due
 from budgets.spend import run_costs
-from console import access
-from console.errors import Invalid
-from console.schemas import keyset_decode, keyset_encode
+from console.core.errors import Invalid
+from console.core.wire import keyset_decode, keyset_encode
+from runs import access as runs_access
 from runs.models import Run, run_verdicts, runs_verdicts
 
 RUN_RELATED = ("agent", "principal", "conversation")
@@ -80,7 +80,7 @@ def _pending_of(run_pks: list[int]) -> dict[int, list[Approval]]:
 
 
 def run_get(*, viewer, run_id: str) -> dict:
-    run = access.run_for(viewer=viewer, run_id=run_id)
+    run = runs_access.run_for(viewer=viewer, run_id=run_id)
     run = Run.objects.select_related(*RUN_RELATED).defer("snapshot").get(pk=run.pk)
     return run_resource(run=run)
 
@@ -113,7 +113,7 @@ def runs_list(
     limit: int = 50,
     cursor: str | None = None,
 ) -> dict:
-    qs = access.runs_visible_to(viewer=viewer).select_related(*RUN_RELATED)
+    qs = runs_access.runs_visible_to(viewer=viewer).select_related(*RUN_RELATED)
     if principal_id is not None:
         qs = qs.filter(principal__external_id=principal_id)
     if conversation_id is not None:

@@ -8,7 +8,7 @@ or fragment renders a named partial from the one context function that builds it
 from django import forms
 from django.shortcuts import render
 
-from console.views import error_page, viewer_view
+from console.web.pages import error_page, viewer_view
 from runs import selectors_pages as pages
 from runs.models import RunStatus
 

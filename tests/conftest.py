@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from approvals.services.rules import rules_cache_clear
-from console import adb, ratelimit
+from console.core import adb, ratelimit
 from tests.factories import PrincipalFactory, TenantFactory, make_key
 from tests.loopback_only import sitecustomize as loopback_only
 

@@ -4,8 +4,8 @@ import factory
 from django.utils import timezone
 
 from approvals.models import Approval
+from console.directory.services import api_key_create
 from console.models import DEFAULT_ROLES, Principal, Role, Tenant
-from console.services import api_key_create
 from runs.models import VERDICT_SEVERITY, Agent, Conversation, Run, RunTrace, TurnVerdict
 
 

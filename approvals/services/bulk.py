@@ -8,7 +8,7 @@ from django.db.models import Exists, OuterRef
 
 from approvals.models import Approval
 from approvals.services.decisions import DECISIONS, approval_decide
-from console.errors import GavelError, Invalid, NotFound
+from console.core.errors import GavelError, Invalid, NotFound
 
 MAX_BULK = 200  # calls one request may decide (a page of the desk holds 50)
 

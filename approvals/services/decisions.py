@@ -6,13 +6,14 @@ wins; the single writer is approvals/services/settle.py.
 from django.db import connection, transaction
 from django.utils import timezone
 
+from approvals import access as approvals_access
 from approvals.models import Approval, ApprovalStatus
 from approvals.services.expiry import approvals_expire_due
 from approvals.services.settle import approval_settle
-from console import access, realtime
-from console.errors import Conflict, Invalid
+from console.core.errors import Conflict, Invalid
+from console.directory.services import audit
+from console.live import realtime
 from console.models import ApiKey, Principal
-from console.services import audit
 
 DECISIONS = {"approve": ApprovalStatus.APPROVED, "deny": ApprovalStatus.DENIED}
 UNSET = object()
@@ -68,7 +69,7 @@ def approval_decide(
     Not atomic itself on purpose: a lazy expiry commits on its own (so a lost race on an
     expired call still leaves it expired); the decision is one transaction (approval_settle).
     """
-    access.may_decide(viewer, approval)
+    approvals_access.may_decide(viewer, approval)
     _validate(approval, decision, message, arguments)
     if approval.expires_at <= timezone.now():  # past expiry: it is expired, not open
         approvals_expire_due(approval_ids=[approval.pk])
@@ -141,7 +142,7 @@ def approvals_announce_delivered(*, run, approval_ids: list[str]) -> None:
 @transaction.atomic
 def approval_extend(*, approval, viewer) -> Approval:
     """Give a pending approval another time-to-live, once, when it is in its last minute."""
-    access.may_decide(viewer, approval)
+    approvals_access.may_decide(viewer, approval)
     now = timezone.now()
     if approval.status != ApprovalStatus.PENDING or approval.expires_at <= now:
         raise _conflict(approval)

@@ -17,8 +17,8 @@ from approvals.models import DECIDED, Approval, ApprovalStatus
 from approvals.schemas import decision_wire
 from approvals.services.decisions import approvals_mark_delivered, mark_delivered_sql
 from approvals.services.expiry import approvals_expire_due
-from console import adb
-from console.db import released
+from console.core import adb
+from console.core.db import released
 
 log = logging.getLogger(__name__)
 

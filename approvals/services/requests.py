@@ -13,8 +13,8 @@ from approvals.models import Approval, ApprovalStatus
 from approvals.services.rules import approvals_decide_by_rules
 from approvals.services.settle import approval_mirror_targets
 from approvals.services.webhooks import webhooks_approval_requested
-from console import realtime
-from console.errors import Conflict
+from console.core.errors import Conflict
+from console.live import realtime
 from notifications.models import CallBatch, EmailChoice, NotificationSettings
 from runs.models import Run
 

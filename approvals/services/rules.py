@@ -29,12 +29,12 @@ from django.db.models import Case, F, PositiveBigIntegerField, Value, When
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
+from approvals import access as approvals_access
 from approvals.models import Approval, ApprovalStatus, Rule, RuleVersion
 from approvals.rules import Call, RuleSet, RuleSpec
 from approvals.schemas_rules import DEFAULTS, rule_fields_checked, rule_wire
 from approvals.services.settle import approval_settle
-from console import access
-from console.services import audit
+from console.directory.services import audit
 
 # wire field (snake_case) -> the model's field
 FIELDS = {
@@ -84,7 +84,7 @@ def _audit(rule: Rule, *, action: str, before, principal, key) -> None:
 def rule_create(*, tenant, fields: dict, principal, key=None) -> Rule:
     """A new rule made by `principal` (through `key`, a manage key, when not in the console)."""
     fields = rule_fields_checked({**DEFAULTS, **fields})
-    access.require_rule_pattern(principal, fields["tool_pattern"])
+    approvals_access.require_rule_pattern(principal, fields["tool_pattern"])
     rule = Rule(tenant=tenant, created_by=principal)
     for name, attname in FIELDS.items():
         setattr(rule, attname, fields[name])
@@ -117,7 +117,7 @@ def rule_update(*, rule: Rule, fields: dict, principal, key=None) -> Rule:
     if not changed:
         return rule
     if changed != ["active"] or merged["active"]:
-        access.require_rule_pattern(principal, merged["tool_pattern"])
+        approvals_access.require_rule_pattern(principal, merged["tool_pattern"])
         if principal is not None and principal.pk != rule.created_by_id:
             rule.editors.add(principal)
     for name, attname in FIELDS.items():
@@ -233,7 +233,7 @@ def approvals_decide_by_rules(*, run, approvals: list[Approval], hits: Counter |
         return set()
     facts, now = _facts(run, ruleset), timezone.now()
     allow = tenant.allow_self_approval
-    authority = access.RuleAuthority(ruleset)
+    authority = approvals_access.RuleAuthority(ruleset)
     decided, counted = set(), Counter()
     for approval in approvals:
         call = Call(tool_name=approval.tool_name, arguments=approval.arguments, **facts)

@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus, Webhook
 from approvals.services.webhooks import webhooks_approval_decided
-from console import realtime
-from console.services import audit
+from console.directory.services import audit
+from console.live import realtime
 from runs.models import Run
 
 

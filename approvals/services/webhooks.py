@@ -38,9 +38,9 @@ from approvals.models import (
 )
 from approvals.schemas import ApprovalOut, approval_resource
 from budgets.spend import run_costs
-from console import outbound, outbox
-from console.errors import Invalid
-from console.services import audit
+from console.core import outbound, outbox
+from console.core.errors import Invalid
+from console.directory.services import audit
 from notifications.slack import slack_message
 from runs.models import Run
 

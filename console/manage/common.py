@@ -4,8 +4,8 @@ from functools import wraps
 
 from django.shortcuts import render
 
-from console import access
-from console.views import viewer_view
+from console.directory import access
+from console.web.pages import viewer_view
 
 MANAGE_TABS = [
     ("principals", "Principals"),

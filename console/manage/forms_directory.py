@@ -12,8 +12,8 @@ from django import forms
 from pydantic import ValidationError
 from pydantic.alias_generators import to_snake
 
-from console import schemas_directory as s
-from console.errors import GavelError
+from console.core.errors import GavelError
+from console.directory.schemas import directory as s
 
 CAPABILITY_HELP = {
     "view_runs": "See runs and their approvals",

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ValidationError
 
 from approvals.models import WebhookEvent
 from approvals.schemas_webhooks import WebhookIn
-from console.errors import GavelError
-from console.schemas_keys import KeyIn, TenantPatch
+from console.core.errors import GavelError
+from console.directory.schemas.keys import KeyIn, TenantPatch
 
 SCOPE_CHOICES = (
     ("ingest", "ingest: write runs, read decisions (agent runtimes)"),

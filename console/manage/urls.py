@@ -1,7 +1,7 @@
 from django.urls import path
 
-from console import views
 from console.manage import views_audit, views_directory, views_keys, views_oidc
+from console.web import pages as views
 
 urlpatterns = [
     path("manage/", views.manage, name="manage"),

@@ -5,9 +5,9 @@ from django.shortcuts import render
 from django.urls import path
 from django.views.decorators.http import require_GET
 
-from console import selectors_audit as selectors
+from console.audit.log import audit_verify
+from console.manage import selectors_audit as selectors
 from console.manage.common import admin_view, manage_page
-from console.services.auditlog import audit_verify
 
 
 @require_GET

@@ -12,15 +12,16 @@ from django.http import HttpResponseNotAllowed
 from django.shortcuts import redirect
 from django.urls import path
 
+from approvals import access as approvals_access
 from approvals import selectors_webhooks
 from approvals.services import webhooks as webhook_services
-from console import access
-from console.accounts import require_recent_auth
-from console.errors import Invalid
+from console.accounts.views import require_recent_auth
+from console.core.errors import Invalid
+from console.directory import access
+from console.directory.services import keys as key_services
+from console.directory.services import tenant as tenant_services
 from console.manage.common import admin_view, manage_page
 from console.manage.forms_keys import KeyForm, SettingsForm, WebhookForm, settings_initial
-from console.services import keys as key_services
-from console.services import tenant as tenant_services
 
 TIME_ZONES = sorted(available_timezones())  # the settings form's suggestions
 
@@ -124,7 +125,7 @@ def webhooks(request):
 def webhook_delete(request, webhook_id: str):
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
-    webhook = access.webhook_for(viewer=request.viewer, webhook_id=webhook_id)
+    webhook = approvals_access.webhook_for(viewer=request.viewer, webhook_id=webhook_id)
     webhook_services.webhook_delete(webhook=webhook, **_actor(request))
     return redirect("/manage/webhooks/")
 
@@ -134,7 +135,7 @@ def webhook_test(request, webhook_id: str):
     """ "Send test event": the page again, the new delivery marked under its webhook."""
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
-    webhook = access.webhook_for(viewer=request.viewer, webhook_id=webhook_id)
+    webhook = approvals_access.webhook_for(viewer=request.viewer, webhook_id=webhook_id)
     delivery = webhook_services.webhook_test_send(webhook=webhook, **_actor(request))
     return _webhooks_page(request, tested=delivery)
 

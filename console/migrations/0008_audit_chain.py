@@ -10,7 +10,7 @@ refuses DELETE and every UPDATE but the one-time seal of an unsealed entry's cha
 import django.db.models.deletion
 from django.db import migrations, models
 
-from console import auditchain
+from console.core import auditchain
 
 
 def move_and_chain(apps, schema_editor):

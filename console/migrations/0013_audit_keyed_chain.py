@@ -17,7 +17,7 @@ import django.utils.timezone
 from django.db import migrations, models
 from django.utils import timezone
 
-from console import auditchain
+from console.core import auditchain
 
 
 def seal_and_anchor(apps, schema_editor):

@@ -1,4 +1,5 @@
-"""Template helpers for the console pages: capability checks and the nav count; the formatting
+"""Template helpers for the console pages: capability checks (the nav count and the bell are
+approvals_nav's and notifications_nav's); the formatting
 filters are the plain functions of console/formatting.py, registered here.
 
 Everything that reaches HTML here goes through Django's autoescaping (no `mark_safe`).
@@ -6,9 +7,8 @@ Everything that reaches HTML here goes through Django's autoescaping (no `mark_s
 
 from django import template
 
-from approvals.selectors_desk import nav_pending_count_context
-from console import access, formatting
-from notifications.selectors import nav_unread_count_context
+from console.core import formatting
+from console.directory import access
 
 register = template.Library()
 
@@ -17,18 +17,6 @@ register = template.Library()
 def can(viewer, capability: str) -> bool:
     """`{% if viewer|can:"decide" %}`: the same answer access.can gives the views."""
     return viewer is not None and access.can(viewer, capability)
-
-
-@register.simple_tag
-def nav_pending_count(viewer) -> int:
-    """The navigation's pending count (the partial `base.html#nav-pending-count`)."""
-    return nav_pending_count_context(viewer=viewer)["nav_pending_count"]
-
-
-@register.simple_tag
-def nav_unread_count(viewer) -> int:
-    """The bell's unread count (the partial `base.html#nav-notification-count`)."""
-    return nav_unread_count_context(viewer=viewer)["nav_unread_count"]
 
 
 for _name in (

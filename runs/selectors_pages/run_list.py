@@ -12,8 +12,9 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
-from console import access, formatting
-from console.errors import Invalid, NotFound
+from console.core import formatting
+from console.core.errors import Invalid, NotFound
+from runs import access as runs_access
 from runs.models import Agent, RunStatus
 
 PAGE_SIZE = 50
@@ -197,7 +198,7 @@ def _row_facts(run, now=None) -> dict:
 
 def runs_list_context(*, viewer, filters: RunFilters) -> dict:
     """`runs/list.html#run-list`: one page of runs, grouped, with its cursors (2 queries)."""
-    qs = _filtered(access.runs_visible_to(viewer=viewer), filters, tenant_id=viewer.tenant_id)
+    qs = _filtered(runs_access.runs_visible_to(viewer=viewer), filters, tenant_id=viewer.tenant_id)
     runs, has_newer, has_older = _page(_list_rows(qs), filters)
     return {
         "filters": filters,
@@ -213,7 +214,7 @@ def runs_list_context(*, viewer, filters: RunFilters) -> dict:
 
 def run_row_context(*, viewer, run_id: str) -> dict:
     """`runs/list.html#run-row`: one row of the list, for a live update of that run."""
-    qs = access.runs_visible_to(viewer=viewer).filter(external_id=run_id)
+    qs = runs_access.runs_visible_to(viewer=viewer).filter(external_id=run_id)
     run = _list_rows(qs).first()
     if run is None:
         raise NotFound(f"no run '{run_id}'", code="run_not_found")

@@ -11,11 +11,12 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from approvals import access as approvals_access
 from approvals.models import ApprovalStatus
 from approvals.selectors import card_rows, group_context
 from approvals.services.expiry import approvals_expire_due
-from console import access
-from console.errors import NotFound
+from console.core.errors import NotFound
+from runs import access as runs_access
 from runs.models import (
     Handoff,
     Message,
@@ -37,7 +38,7 @@ BASE64_RE = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
 
 def run_page_run(*, viewer, run_id: str):
     """The run a page shows, with its agent, principal and conversation (one query)."""
-    qs = access.runs_visible_to(viewer=viewer).select_related(
+    qs = runs_access.runs_visible_to(viewer=viewer).select_related(
         "tenant", "agent", "principal", "conversation"
     )
     run = qs.filter(external_id=run_id).first()
@@ -49,7 +50,7 @@ def run_page_run(*, viewer, run_id: str):
 def run_header_context(*, viewer, run) -> dict:
     """`runs/detail.html#run-header`: who, what, when, how it ended; parent and sub-runs."""
     sub_runs = list(
-        access.runs_visible_to(viewer=viewer)
+        runs_access.runs_visible_to(viewer=viewer)
         .filter(parent_run_id=run.external_id)
         .order_by("started_at", "id")
         .values("external_id", "status", "current_agent_id")[:100]
@@ -252,7 +253,7 @@ def run_approvals_context(*, viewer, run) -> dict:
     """`runs/detail.html#run-approvals`: the run's held calls as the inbox's approval cards
     (approvals.selectors builds each card; decision controls only for those who may decide).
     Pending first, then decided, each in request order. 2 queries (3 when some expired)."""
-    held = access.approvals_visible_to(viewer=viewer).filter(run=run)
+    held = approvals_access.approvals_visible_to(viewer=viewer).filter(run=run)
     due = held.filter(status=ApprovalStatus.PENDING, expires_at__lte=timezone.now())
     due_ids = list(due.values_list("pk", flat=True))
     if due_ids:  # never show a call past its expiry as pending (as the inbox does)

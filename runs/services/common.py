@@ -11,9 +11,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from approvals.services.requests import approvals_cancel_pending, approvals_request
-from console.errors import Forbidden
+from console.core.errors import Forbidden
+from console.directory.services import _get_or_create, principal_ensure
 from console.models import Principal, Tenant
-from console.services import _get_or_create, principal_ensure
 from runs.models import (
     Agent,
     AgentVersion,

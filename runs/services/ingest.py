@@ -14,9 +14,10 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from approvals.services.decisions import approvals_mark_delivered
-from console import access, realtime
-from console.errors import Conflict, Invalid
+from console.core.errors import Conflict, Invalid
+from console.live import realtime
 from console.models import Tenant
+from runs import access as runs_access
 from runs import schemas as s
 from runs.models import Message, Run, RunEvent, RunStatus, ToolResult, Verdict
 from runs.services import common
@@ -40,13 +41,13 @@ def run_admit(*, tenant: Tenant, body: s.NewRunIn) -> tuple[Run, bool]:
     """
     wire = _wire(body)
     principal = common.principal(tenant=tenant, external_id=body.principal_id)
-    run = access.run_locked(tenant_id=tenant.pk, run_id=body.id, defer=())
+    run = runs_access.run_locked(tenant_id=tenant.pk, run_id=body.id, defer=())
     if run is None:
         try:
             with transaction.atomic():
                 return _run_create(tenant=tenant, body=body, wire=wire, principal=principal), True
         except IntegrityError:  # a concurrent admission of the same id won the insert
-            run = access.run_locked(tenant_id=tenant.pk, run_id=body.id, defer=())
+            run = runs_access.run_locked(tenant_id=tenant.pk, run_id=body.id, defer=())
     if run.admission is None:
         _admission_adopt(run=run, body=body, wire=wire, principal=principal)
     elif run.admission != wire:
@@ -108,7 +109,7 @@ def _admission_adopt(*, run: Run, body: s.NewRunIn, wire: dict, principal) -> No
 def run_events_apply(*, tenant_id: int, run_id: str, events: list) -> int:
     """Apply a batch of validated events (runs.schemas.Event) to the tenant's run `run_id`
     (NotFound if it has none); returns the run's lastSeq."""
-    run = access.run_in_tenant(tenant_id=tenant_id, run_id=run_id, for_update=True)
+    run = runs_access.run_in_tenant(tenant_id=tenant_id, run_id=run_id, for_update=True)
     _check_contiguous(events)
     if events[0].seq > run.last_seq + 1:
         raise Conflict(

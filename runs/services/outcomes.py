@@ -13,7 +13,7 @@ import hashlib
 from django.db import transaction
 
 from approvals.models import Approval, ApprovalStatus
-from console.errors import Conflict, Invalid
+from console.core.errors import Conflict, Invalid
 from runs.models import Run, RunStatus, Step, snapshot_envelope
 from runs.schemas_state import RunOutcomeIn, run_outcome_problems
 from runs.services import common

@@ -20,9 +20,10 @@ from django.db import IntegrityError, transaction
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
-from console import access, realtime
-from console.errors import Conflict, Invalid
+from console.core.errors import Conflict, Invalid
+from console.live import realtime
 from console.models import Tenant
+from runs import access as runs_access
 from runs.models import Run, snapshot_envelope
 from runs.schemas_state import (
     RunStateIn,
@@ -144,8 +145,8 @@ def _runs(*, tenant_id: int, run_id: str):
 
 
 def run_locked(*, tenant_id: int, run_id: str) -> Run | None:
-    """The run's row, locked, with what reconciling reads (access.run_locked)."""
-    return access.run_locked(tenant_id=tenant_id, run_id=run_id, related=RUN_RELATED)
+    """The run's row, locked, with what reconciling reads (runs_access.run_locked)."""
+    return runs_access.run_locked(tenant_id=tenant_id, run_id=run_id, related=RUN_RELATED)
 
 
 def _reconcile(*, run: Run, created: bool, state: RunStateIn, wire: dict, digest: str, parent=None):

@@ -17,8 +17,8 @@ from django.db import connection, transaction
 from django.dispatch import receiver
 from django.utils import timezone
 
+from console.directory.services.tenant import tenant_time_zone_changed
 from console.models import Principal, Tenant
-from console.services.tenant import tenant_time_zone_changed
 from runs.models import (
     USAGE_BY_COLUMNS,
     Agent,

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from approvals.services.rules import rule_hits_add
 from budgets.services import budgets_usage_recorded
-from console import realtime
+from console.live import realtime
 from console.models import Tenant
 from runs.models import (
     VERDICT_SEVERITY,

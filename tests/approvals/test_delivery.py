@@ -11,8 +11,8 @@ from django.utils import timezone
 from approvals.models import Approval, ApprovalStatus, Rule
 from approvals.services import delivery
 from approvals.services.decisions import approval_decide
-from console import adb
-from console.db import released
+from console.core import adb
+from console.core.db import released
 from tests.factories import ApprovalFactory, RunFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]

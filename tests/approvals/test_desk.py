@@ -10,10 +10,9 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from approvals import selectors_desk
+from approvals import access, selectors_desk
 from approvals.models import Approval, ApprovalStatus
 from budgets.models import Budget, BudgetOverride
-from console import access
 from console.models import Role
 from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory, make_key
 

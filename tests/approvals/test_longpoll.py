@@ -89,7 +89,7 @@ async def test_wait_0_answers_at_once_and_a_held_poll_ends_at_its_wait(setup):
 
 async def test_a_lost_wake_only_delays_the_answer(setup, reviewer_a, monkeypatch):
     """With the channel layer silent, the database re-check still answers."""
-    from console import realtime
+    from console.live import realtime
 
     run, approval, headers = setup
     monkeypatch.setattr(realtime, "_send", lambda groups, message: None)
@@ -151,7 +151,7 @@ async def test_a_held_poll_does_not_block_other_requests(setup, tenant_a, review
 async def test_answering_tells_reviewers_the_runtime_picked_the_decision_up(
     setup, reviewer_a, monkeypatch
 ):
-    from console import realtime
+    from console.live import realtime
 
     run, approval, headers = setup
     await sync_to_async(approval_decide)(approval=approval, viewer=reviewer_a, decision="approve")
@@ -176,7 +176,7 @@ async def test_a_held_poll_holds_no_database_connection_between_its_reads(setup)
     closed, so this is PostgreSQL's.)"""
     from django.db import connections
 
-    from console.db import released
+    from console.core.db import released
 
     def read():
         wrapper = connections["default"]

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from approvals import selectors
 from approvals.models import Approval, ApprovalStatus
-from console.errors import Forbidden
+from console.core.errors import Forbidden
 from console.models import ApiKey, Role
 from tests.factories import (
     AgentFactory,

@@ -12,7 +12,7 @@ from approvals.services.decisions import (
     approvals_mark_delivered,
 )
 from approvals.services.expiry import approvals_expire_due
-from console.errors import Conflict, Forbidden, Invalid, NotFound
+from console.core.errors import Conflict, Forbidden, Invalid, NotFound
 from console.models import AuditEvent, Role
 from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory, make_key
 
@@ -76,7 +76,7 @@ def test_decisions_publish_on_commit(approval, reviewer_a, django_capture_on_com
     from unittest import mock
 
     with (
-        mock.patch("console.realtime._send") as send,
+        mock.patch("console.live.realtime._send") as send,
         django_capture_on_commit_callbacks(execute=True),
     ):
         approval_decide(approval=approval, viewer=reviewer_a, decision="approve")
@@ -93,12 +93,12 @@ def test_the_runtimes_wake_goes_out_before_the_audit_chain_is_sealed(
     # entry into the tenant's chain (a short transaction of its own) comes after it.
     from unittest import mock
 
-    from console.services import auditlog
+    from console.audit import log as auditlog
 
     order = []
     real_seal = auditlog.audit_seal
     with (
-        mock.patch("console.realtime._send", side_effect=lambda *a: order.append("publish")),
+        mock.patch("console.live.realtime._send", side_effect=lambda *a: order.append("publish")),
         mock.patch.object(
             auditlog,
             "audit_seal",
@@ -261,9 +261,10 @@ def test_deciding_a_mirror_decides_the_childs_call_too(tenant_a, reviewer_a):
 def test_a_decider_read_approval_decides_its_mirrors_without_looking_when_it_has_none(
     tenant_a, reviewer_a, which
 ):
-    """access.approval_for_decider reads whether an approval has mirrors with it: deciding a
-    call that has some (or mirrors one) decides them all; a plain call costs no mirror query."""
-    from console import access
+    """approvals.access.approval_for_decider reads whether an approval has mirrors with it:
+    deciding a call that has some (or mirrors one) decides them all; a plain call costs no mirror
+    query."""
+    from approvals import access as approvals_access
     from console.models import Principal
 
     child = ApprovalFactory(run=RunFactory(tenant=tenant_a), tool_call_id="c1")
@@ -276,7 +277,7 @@ def test_a_decider_read_approval_decides_its_mirrors_without_looking_when_it_has
     plain = ApprovalFactory(run=RunFactory(tenant=tenant_a), tool_call_id="c2")
     target = {"child": child, "mirror": mirror, "plain": plain}[which]
     viewer = Principal.objects.get(pk=reviewer_a.pk)
-    read = access.approval_for_decider(viewer=viewer, approval_id=target.public_id)
+    read = approvals_access.approval_for_decider(viewer=viewer, approval_id=target.public_id)
     assert read.mirrored is (which == "child")
     from approvals.services import settle
 

@@ -10,8 +10,8 @@ from django.utils import timezone
 from approvals.models import DeliveryStatus, Webhook, WebhookDelivery
 from approvals.services import webhooks
 from approvals.services.decisions import approval_decide
-from console import outbound
-from console.errors import Invalid
+from console.core import outbound
+from console.core.errors import Invalid
 from tests.factories import ApprovalFactory, RunFactory
 
 pytestmark = pytest.mark.django_db

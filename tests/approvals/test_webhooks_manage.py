@@ -10,7 +10,7 @@ import pytest
 
 from approvals.models import DeliveryStatus, Webhook, WebhookDelivery
 from approvals.services import webhooks
-from console import signin
+from console.directory import signin
 from console.models import AuditEvent
 from tests.approvals.test_webhooks import Receiver
 from tests.conftest import ApiClient

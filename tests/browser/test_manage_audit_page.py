@@ -7,9 +7,9 @@ docs/screenshots/manage-audit.png."""
 import pytest
 from playwright.sync_api import expect
 
-from console.services.principals import principal_update
-from console.services.roles import role_add, role_update
-from console.services.tenant import tenant_update
+from console.directory.services.principals import principal_update
+from console.directory.services.roles import role_add, role_update
+from console.directory.services.tenant import tenant_update
 from tests.browser.conftest import shot, sign_in
 from tests.browser.test_manage_directory import _docs_copy
 from tests.factories import PrincipalFactory

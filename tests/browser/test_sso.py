@@ -14,8 +14,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import pytest
 from django.test import override_settings
 
-from console.services import sso as sso_services
-from console.services import sso_domains
+from console.directory.services import sso as sso_services
+from console.directory.services import sso_domains
 from tests.browser.conftest import shot
 from tests.oidc_provider import running_provider, set_user
 

@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from budgets import rules
 from budgets.services import budget_create
-from console.consumers import RENDERS
 from console.models import Role, Team
+from console.web.sockets import RENDERS
 from tests.budgets.helpers import step as step_events
 from tests.conftest import ApiClient
 from tests.console.live import close_code, frames_until, hello, open_socket
@@ -208,7 +208,7 @@ def test_one_budgets_changed_per_batch_with_usage_ids_and_facts_only(
 ):
     _budget, api = _setup(tenant_a, lead_a)
     with (
-        mock.patch("console.realtime._send") as send,
+        mock.patch("console.live.realtime._send") as send,
         django_capture_on_commit_callbacks(execute=True),
     ):
         events = []

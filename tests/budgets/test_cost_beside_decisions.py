@@ -8,7 +8,7 @@ from django.test.utils import CaptureQueriesContext
 
 from approvals.models import Approval
 from budgets.services import budget_create
-from console.formatting import money
+from console.core.formatting import money
 from console.models import Team
 from tests.budgets.helpers import admit, post_events, spend
 from tests.conftest import ApiClient

@@ -20,7 +20,7 @@ from approvals.models import Approval
 from budgets import spend
 from budgets.models import Budget, BudgetAlert
 from budgets.services import budget_create
-from console.formatting import money
+from console.core.formatting import money
 from console.models import Team
 from runs.models import Run
 from runs.services.writes import _usage_daily_add

@@ -18,10 +18,10 @@ from functools import cache
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RoutePattern
 
-from console.auth import BrowserSession, KeyAuth
-from console.crypto import encrypt
+from console.core.crypto import encrypt
+from console.directory.services import api_key_create, role_create
 from console.models import CAPABILITIES, Team, TenantOidc
-from console.services import api_key_create, role_create
+from console.web.auth import BrowserSession, KeyAuth
 from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory, TenantFactory
 
 PASSWORD = "matrix-pass-123"  # every principal here signs in with it

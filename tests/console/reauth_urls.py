@@ -3,9 +3,9 @@
 from django.http import HttpResponse
 from django.urls import path
 
-from console.accounts import require_recent_auth
+from console.accounts.views import require_recent_auth
 from console.urls import urlpatterns as console_urlpatterns
-from console.views import viewer_view
+from console.web.pages import viewer_view
 
 CALLS: list[dict] = []  # what the sensitive view was called with
 

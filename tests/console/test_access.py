@@ -8,10 +8,13 @@ from types import SimpleNamespace
 import pytest
 from django.contrib.auth.models import AnonymousUser
 
-from console import access
-from console.errors import Forbidden, NotFound
+from approvals import access as approvals_access
+from console.core.errors import Forbidden, NotFound
+from console.directory import access
 from console.models import CAPABILITIES, ApiKey, Role
+from notifications import access as notifications_access
 from notifications.models import Notification, NotificationKind
+from runs import access as runs_access
 from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory, make_key
 
 pytestmark = pytest.mark.django_db
@@ -205,7 +208,7 @@ def test_a_roles_decide_tools_are_globs_of_the_tools_it_may_decide(
     assert access.can(viewer, "decide") is True  # the capability, whatever the tool
     approval = ApprovalFactory(run=RunFactory(tenant=tenant_a), tool_name=tool)
     expected = None if allowed else f"none of your roles may decide the tool '{tool}'"
-    assert access.decide_refusal(viewer, approval) == expected
+    assert approvals_access.decide_refusal(viewer, approval) == expected
 
 
 @pytest.mark.parametrize(
@@ -227,7 +230,7 @@ def test_globs_without_the_decide_capability_decide_nothing(tenant_a):
     )
     assert access.can(principal, "decide", "email.send") is False
     approval = ApprovalFactory(run=RunFactory(tenant=tenant_a), tool_name="email.send")
-    assert access.decide_refusal(principal, approval) == MAY_NOT_DECIDE
+    assert approvals_access.decide_refusal(principal, approval) == MAY_NOT_DECIDE
 
 
 def test_deciding_a_tool_needs_one_role_with_both_decide_and_a_matching_glob(tenant_a):
@@ -277,7 +280,7 @@ def test_a_decide_key_without_a_principal_decides_nothing(tenant_a):
     key = ApiKey(tenant=tenant_a, name="unbound", scopes=["decide"], principal=None)
     assert access.can(key, "decide") is False
     approval = ApprovalFactory(run=RunFactory(tenant=tenant_a))
-    assert access.decide_refusal(key, approval) == MAY_NOT_DECIDE
+    assert approvals_access.decide_refusal(key, approval) == MAY_NOT_DECIDE
 
 
 @pytest.mark.parametrize("name", ["reviewer_a", "ingest_key", "decide_key_of_reviewer"])
@@ -355,10 +358,13 @@ def test_an_inactive_principal_sees_no_runs_and_decides_nothing(tenant_a, review
     reviewer_a.is_active = False
     reviewer_a.save(update_fields=["is_active"])
     key = ApiKey.objects.for_raw_key(raw)  # the next request loads it again
-    assert error_of(lambda: access.runs_visible_to(viewer=reviewer_a))[:2] == (403, "forbidden")
-    assert access.decide_refusal(reviewer_a, approval_a) == MAY_NOT_DECIDE
+    assert error_of(lambda: runs_access.runs_visible_to(viewer=reviewer_a))[:2] == (
+        403,
+        "forbidden",
+    )
+    assert approvals_access.decide_refusal(reviewer_a, approval_a) == MAY_NOT_DECIDE
     assert access.can(key, "decide") is False
-    assert access.decide_refusal(key, approval_a) == MAY_NOT_DECIDE
+    assert approvals_access.decide_refusal(key, approval_a) == MAY_NOT_DECIDE
 
 
 def signed_in(user):
@@ -417,21 +423,26 @@ def test_a_run_for_yourself_is_decided_only_where_the_tenant_allows_it(
     approval = ApprovalFactory(run=RunFactory(tenant=tenant_a, principal=principal))
     tenant_a.allow_self_approval = allowed
     tenant_a.save(update_fields=["allow_self_approval"])
-    loaded = access.approval_for(viewer=who, approval_id=approval.public_id)
-    assert access.decide_refusal(who, loaded) == (None if allowed else SELF)
+    loaded = approvals_access.approval_for(viewer=who, approval_id=approval.public_id)
+    assert approvals_access.decide_refusal(who, loaded) == (None if allowed else SELF)
     if allowed:
-        assert access.approval_for_decider(viewer=who, approval_id=approval.public_id) == approval
+        assert (
+            approvals_access.approval_for_decider(viewer=who, approval_id=approval.public_id)
+            == approval
+        )
     else:
         found = error_of(
-            lambda: access.approval_for_decider(viewer=who, approval_id=approval.public_id)
+            lambda: approvals_access.approval_for_decider(
+                viewer=who, approval_id=approval.public_id
+            )
         )
         assert found == (403, "may_not_decide", SELF)
 
 
 def test_someone_elses_run_is_not_self_approval(reviewer_a, lead_a, tenant_a):
     approval = ApprovalFactory(run=RunFactory(tenant=tenant_a, principal=lead_a))
-    assert access.decide_refusal(reviewer_a, approval) is None
-    assert access.decide_refusal(lead_a, approval) == SELF
+    assert approvals_access.decide_refusal(reviewer_a, approval) is None
+    assert approvals_access.decide_refusal(lead_a, approval) == SELF
 
 
 # --- decide_refusal, may_decide ---
@@ -447,17 +458,17 @@ def test_decide_refusal_says_why_each_viewer_may_not_decide(viewer, approval_a, 
         "manage_key_of_lead": "this API key lacks the 'decide' scope",
     }.get(name)
     assert (name in DECIDES) is (expected is None)
-    assert access.decide_refusal(viewer(name), approval_a) == expected
+    assert approvals_access.decide_refusal(viewer(name), approval_a) == expected
 
 
 @pytest.mark.parametrize("name", VIEWERS)
 def test_may_decide_forbids_with_the_refusal_or_passes(viewer, approval_a, name):
     who = viewer(name)
     if name in DECIDES:
-        assert access.may_decide(who, approval_a) is None
+        assert approvals_access.may_decide(who, approval_a) is None
     else:
-        reason = access.decide_refusal(who, approval_a)
-        assert error_of(lambda: access.may_decide(who, approval_a)) == (
+        reason = approvals_access.decide_refusal(who, approval_a)
+        assert error_of(lambda: approvals_access.may_decide(who, approval_a)) == (
             403,
             "may_not_decide",
             reason,
@@ -470,7 +481,7 @@ def test_may_decide_on_another_tenants_approval_is_404_before_any_refusal(
 ):
     who = request.getfixturevalue(name)
     other = approval_a if name == "reviewer_b" else approval_b
-    assert error_of(lambda: access.may_decide(who, other)) == (
+    assert error_of(lambda: approvals_access.may_decide(who, other)) == (
         404,
         "approval_not_found",
         f"no approval '{other.public_id}'",
@@ -484,11 +495,11 @@ def test_may_decide_on_another_tenants_approval_is_404_before_any_refusal(
 def test_runs_visible_to_is_the_viewers_tenant_only_or_forbidden(viewer, run_a, run_b, name):
     who = viewer(name)
     if name in SEES_RUNS:
-        runs = list(access.runs_visible_to(viewer=who))
+        runs = list(runs_access.runs_visible_to(viewer=who))
         assert runs == [run_a]
         assert runs[0].get_deferred_fields() == {"snapshot"}
     else:
-        assert error_of(lambda: access.runs_visible_to(viewer=who)) == (
+        assert error_of(lambda: runs_access.runs_visible_to(viewer=who)) == (
             403,
             "forbidden",
             "you may not view runs",
@@ -499,11 +510,11 @@ def test_runs_visible_to_is_the_viewers_tenant_only_or_forbidden(viewer, run_a, 
 def test_run_for_own_tenant_is_the_run_or_forbidden(viewer, run_a, run_b, name):
     who = viewer(name)
     if name in SEES_RUNS:
-        run = access.run_for(viewer=who, run_id="run_1")
+        run = runs_access.run_for(viewer=who, run_id="run_1")
         assert run == run_a and run.tenant_id == run_a.tenant_id
         assert run.get_deferred_fields() == {"snapshot"}
     else:
-        assert error_of(lambda: access.run_for(viewer=who, run_id="run_1")) == (
+        assert error_of(lambda: runs_access.run_for(viewer=who, run_id="run_1")) == (
             403,
             "forbidden",
             "you may not view runs",
@@ -518,7 +529,7 @@ def test_run_for_another_tenants_run_is_404_exactly_like_a_missing_one(
     """Also for viewers who may not view runs at all: 404 comes before 403."""
     who = viewer(name)
     run_id = asked_id(whose, run_b.external_id)
-    assert error_of(lambda: access.run_for(viewer=who, run_id=run_id)) == (
+    assert error_of(lambda: runs_access.run_for(viewer=who, run_id=run_id)) == (
         404,
         "run_not_found",
         f"no run '{run_id}'",
@@ -526,11 +537,11 @@ def test_run_for_another_tenants_run_is_404_exactly_like_a_missing_one(
 
 
 def test_run_for_update_is_the_same_run(reviewer_a, run_a):
-    assert access.run_for(viewer=reviewer_a, run_id="run_1", for_update=True) == run_a
+    assert runs_access.run_for(viewer=reviewer_a, run_id="run_1", for_update=True) == run_a
 
 
 def test_run_in_tenant_is_the_tenants_run(tenant_a, run_a, run_b):
-    run = access.run_in_tenant(tenant_id=tenant_a.pk, run_id="run_1")
+    run = runs_access.run_in_tenant(tenant_id=tenant_a.pk, run_id="run_1")
     assert run == run_a
     assert run.get_deferred_fields() == {"snapshot"}
 
@@ -538,7 +549,7 @@ def test_run_in_tenant_is_the_tenants_run(tenant_a, run_a, run_b):
 def test_run_in_tenant_for_update_carries_its_tenant_and_principal(
     tenant_a, run_a, django_assert_num_queries
 ):
-    run = access.run_in_tenant(tenant_id=tenant_a.pk, run_id="run_1", for_update=True)
+    run = runs_access.run_in_tenant(tenant_id=tenant_a.pk, run_id="run_1", for_update=True)
     with django_assert_num_queries(0):
         assert (run.tenant.slug, run.principal.external_id) == (
             "tenant-a",
@@ -553,7 +564,9 @@ def test_run_in_tenant_of_another_tenants_run_is_404_exactly_like_a_missing_one(
 ):
     run_id = asked_id(whose, run_b.external_id)
     found = error_of(
-        lambda: access.run_in_tenant(tenant_id=tenant_a.pk, run_id=run_id, for_update=for_update)
+        lambda: runs_access.run_in_tenant(
+            tenant_id=tenant_a.pk, run_id=run_id, for_update=for_update
+        )
     )
     assert found == (404, "run_not_found", f"no run '{run_id}'")
 
@@ -561,7 +574,7 @@ def test_run_in_tenant_of_another_tenants_run_is_404_exactly_like_a_missing_one(
 def test_run_locked_is_the_tenants_run_with_its_tenant_and_principal(
     tenant_a, run_a, run_b, django_assert_num_queries
 ):
-    run = access.run_locked(tenant_id=tenant_a.pk, run_id="run_1")
+    run = runs_access.run_locked(tenant_id=tenant_a.pk, run_id="run_1")
     assert run == run_a and run.get_deferred_fields() == {"snapshot"}
     with django_assert_num_queries(0):
         assert (run.tenant.slug, run.principal.external_id) == (
@@ -571,7 +584,9 @@ def test_run_locked_is_the_tenants_run_with_its_tenant_and_principal(
 
 
 def test_run_locked_loads_what_the_caller_names(tenant_a, run_a, django_assert_num_queries):
-    run = access.run_locked(tenant_id=tenant_a.pk, run_id="run_1", related=("agent",), defer=())
+    run = runs_access.run_locked(
+        tenant_id=tenant_a.pk, run_id="run_1", related=("agent",), defer=()
+    )
     assert run.get_deferred_fields() == set()
     with django_assert_num_queries(0):
         assert run.agent.external_id == run_a.agent.external_id
@@ -583,12 +598,15 @@ def test_run_locked_loads_what_the_caller_names(tenant_a, run_a, django_assert_n
 def test_run_locked_of_another_tenants_run_is_none_like_a_missing_one(
     tenant_a, run_a, run_b, whose
 ):
-    assert access.run_locked(tenant_id=tenant_a.pk, run_id=asked_id(whose, "run_only_b")) is None
+    assert (
+        runs_access.run_locked(tenant_id=tenant_a.pk, run_id=asked_id(whose, "run_only_b")) is None
+    )
 
 
 def test_approval_in_tenant_passes_the_tenants_own(tenant_a, approval_a):
     assert (
-        access.approval_in_tenant(tenant_id=tenant_a.pk, approval_id=approval_a.public_id) is None
+        approvals_access.approval_in_tenant(tenant_id=tenant_a.pk, approval_id=approval_a.public_id)
+        is None
     )
 
 
@@ -598,15 +616,15 @@ def test_approval_in_tenant_of_another_tenants_approval_is_404_like_a_missing_on
 ):
     approval_id = asked_id(whose, approval_b.public_id)
     assert error_of(
-        lambda: access.approval_in_tenant(tenant_id=tenant_a.pk, approval_id=approval_id)
+        lambda: approvals_access.approval_in_tenant(tenant_id=tenant_a.pk, approval_id=approval_id)
     ) == (404, "approval_not_found", f"no approval '{approval_id}'")
 
 
 def test_both_tenants_may_hold_the_same_run_id_and_each_sees_its_own(
     tenant_a, tenant_b, reviewer_a, reviewer_b, run_a, run_b
 ):
-    mine = access.run_for(viewer=reviewer_a, run_id="run_1")
-    theirs = access.run_for(viewer=reviewer_b, run_id="run_1")
+    mine = runs_access.run_for(viewer=reviewer_a, run_id="run_1")
+    theirs = runs_access.run_for(viewer=reviewer_b, run_id="run_1")
     assert (mine.tenant_id, theirs.tenant_id) == (tenant_a.pk, tenant_b.pk)
     assert mine != theirs
 
@@ -620,9 +638,9 @@ def test_approvals_visible_to_is_the_viewers_tenant_only_or_forbidden(
 ):
     who = viewer(name)
     if name in SEES_APPROVALS:
-        assert list(access.approvals_visible_to(viewer=who)) == [approval_a]
+        assert list(approvals_access.approvals_visible_to(viewer=who)) == [approval_a]
     else:
-        assert error_of(lambda: access.approvals_visible_to(viewer=who)) == (
+        assert error_of(lambda: approvals_access.approvals_visible_to(viewer=who)) == (
             403,
             "forbidden",
             "you may not view approvals",
@@ -635,17 +653,19 @@ def test_approval_for_own_tenant_is_the_approval_or_forbidden(
 ):
     who = viewer(name)
     if name in SEES_APPROVALS:
-        approval = access.approval_for(viewer=who, approval_id=approval_a.public_id)
+        approval = approvals_access.approval_for(viewer=who, approval_id=approval_a.public_id)
         assert approval == approval_a
         with django_assert_num_queries(0):
             assert approval.run.external_id == "run_1"
     else:
         assert error_of(
-            lambda: access.approval_for(viewer=who, approval_id=approval_a.public_id)
+            lambda: approvals_access.approval_for(viewer=who, approval_id=approval_a.public_id)
         ) == (403, "forbidden", "you may not view approvals")
 
 
-@pytest.mark.parametrize("lookup", [access.approval_for, access.approval_for_decider])
+@pytest.mark.parametrize(
+    "lookup", [approvals_access.approval_for, approvals_access.approval_for_decider]
+)
 @pytest.mark.parametrize("whose", WHOSE)
 @pytest.mark.parametrize("name", VIEWERS)
 def test_another_tenants_approval_is_404_exactly_like_a_missing_one(
@@ -666,21 +686,27 @@ def test_approval_for_decider_is_the_approval_for_those_who_may_decide_it(
 ):
     who = viewer(name)
     if name in DECIDES:
-        approval = access.approval_for_decider(viewer=who, approval_id=approval_a.public_id)
+        approval = approvals_access.approval_for_decider(
+            viewer=who, approval_id=approval_a.public_id
+        )
         assert approval == approval_a
         with django_assert_num_queries(0):
             assert approval.run.tenant.slug == "tenant-a"
     else:
         code = error_of(
-            lambda: access.approval_for_decider(viewer=who, approval_id=approval_a.public_id)
+            lambda: approvals_access.approval_for_decider(
+                viewer=who, approval_id=approval_a.public_id
+            )
         )
-        assert code == (403, "may_not_decide", access.decide_refusal(who, approval_a))
+        assert code == (403, "may_not_decide", approvals_access.decide_refusal(who, approval_a))
 
 
 def test_approval_for_decider_refuses_a_tool_no_role_may_decide(tenant_a, approval_a):
     shell_only = principal_with(tenant_a, deciders_role(tenant_a, ["shell.*"]))
     assert error_of(
-        lambda: access.approval_for_decider(viewer=shell_only, approval_id=approval_a.public_id)
+        lambda: approvals_access.approval_for_decider(
+            viewer=shell_only, approval_id=approval_a.public_id
+        )
     ) == (403, "may_not_decide", "none of your roles may decide the tool 'email.send'")
 
 
@@ -706,13 +732,13 @@ def test_notifications_of_a_viewer_are_its_principals_own(
     mine = [notify(reviewer_a, "one"), notify(reviewer_a, "two")]
     notify(viewer_a)  # a colleague's
     notify(reviewer_b)  # another tenant's
-    found = access.notifications_of(viewer=viewer(name)).order_by("id")
+    found = notifications_access.notifications_of(viewer=viewer(name)).order_by("id")
     assert [n.public_id for n in found] == [n.public_id for n in mine]
 
 
 def test_a_manage_key_reads_its_principals_notifications(viewer, lead_a):
     own = notify(lead_a)
-    found = access.notifications_of(viewer=viewer("manage_key_of_lead"))
+    found = notifications_access.notifications_of(viewer=viewer("manage_key_of_lead"))
     assert [n.public_id for n in found] == [own.public_id]
 
 
@@ -727,7 +753,7 @@ def test_notifications_are_forbidden_to_a_key_or_principal_that_is_no_active_one
         asking = reviewer_a
     else:
         asking = viewer(who)
-    assert error_of(lambda: access.notifications_of(viewer=asking)) == (
+    assert error_of(lambda: notifications_access.notifications_of(viewer=asking)) == (
         403,
         "forbidden",
         "notifications are a principal's: this key is bound to no active one",
@@ -736,7 +762,10 @@ def test_notifications_are_forbidden_to_a_key_or_principal_that_is_no_active_one
 
 def test_notification_for_is_one_of_the_viewers_own(reviewer_a):
     own = notify(reviewer_a)
-    assert access.notification_for(viewer=reviewer_a, notification_id=own.public_id) == own
+    assert (
+        notifications_access.notification_for(viewer=reviewer_a, notification_id=own.public_id)
+        == own
+    )
 
 
 @pytest.mark.parametrize("whose", ["a colleague's", "another tenant's", "missing"])
@@ -749,7 +778,9 @@ def test_anyone_elses_notification_is_404_exactly_like_a_missing_one(
         "missing": lambda: "ntf_nothing_here",
     }[whose]()
     assert error_of(
-        lambda: access.notification_for(viewer=reviewer_a, notification_id=notification_id)
+        lambda: notifications_access.notification_for(
+            viewer=reviewer_a, notification_id=notification_id
+        )
     ) == (404, "notification_not_found", f"no notification '{notification_id}'")
 
 
@@ -849,7 +880,7 @@ def test_decidable_is_exactly_the_calls_decide_refusal_lets_each_viewer_decide(
         approvals.append(override)
     approvals.append(ApprovalFactory(run=others, tool_name=OVERRIDE_TOOL))  # no budget asked
     loaded = list(
-        access.approvals_visible_to(viewer=lead_a)
+        approvals_access.approvals_visible_to(viewer=lead_a)
         .filter(pk__in=[a.pk for a in approvals])
         .select_related("run", "run__tenant")
         .order_by("-id")  # not creation order: the answer keeps the order given
@@ -861,7 +892,7 @@ def test_decidable_is_exactly_the_calls_decide_refusal_lets_each_viewer_decide(
         for call in loaded:
             call.run.tenant.allow_self_approval = allowed
         for who in people:
-            expected = [a for a in loaded if access.decide_refusal(who, a) is None]
-            assert access.decidable(who, loaded) == expected
+            expected = [a for a in loaded if approvals_access.decide_refusal(who, a) is None]
+            assert approvals_access.decidable(who, loaded) == expected
             answers.add(len(expected))
     assert len(answers) > 3  # the viewers really differ (no vacuous equality of empty lists)

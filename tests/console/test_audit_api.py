@@ -9,9 +9,9 @@ import pytest
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 
+from console.audit.log import audit_seal_due
+from console.directory.services import audit
 from console.models import ApiKey, AuditEvent
-from console.services import audit
-from console.services.auditlog import audit_seal_due
 from tests.conftest import ApiClient
 from tests.factories import PrincipalFactory, make_key
 

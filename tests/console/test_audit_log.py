@@ -6,10 +6,10 @@ from django.contrib.admin.sites import site
 from django.db import DatabaseError, connection, transaction
 from django.test import RequestFactory
 
-from console import auditchain, links
+from console.audit.log import audit_seal, audit_seal_due, audit_verify
+from console.core import auditchain, links
+from console.directory.services import audit
 from console.models import AppendOnly, AuditEvent
-from console.services import audit
-from console.services.auditlog import audit_seal, audit_seal_due, audit_verify
 
 pytestmark = pytest.mark.django_db
 

@@ -5,8 +5,8 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
+from console.audit.log import audit_verify
 from console.models import AuditEvent, Tenant
-from console.services.auditlog import audit_verify
 
 BEFORE = [("console", "0007_user_sessions")]
 AFTER = [("console", "0008_audit_chain")]

@@ -11,8 +11,8 @@ from django.test import Client
 from django.utils import timezone
 
 from approvals.models import Approval
+from console.audit.log import audit_refused
 from console.models import ApiKey, AuditEvent, AuditRefusalThrottle
-from console.services.auditlog import audit_refused
 from tests.conftest import ApiClient
 from tests.console.live import ORIGIN, close_code, session_for
 from tests.factories import ApprovalFactory, RunFactory, make_key

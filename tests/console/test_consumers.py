@@ -4,7 +4,7 @@ deactivation closing the user's sockets, a revoked capability stopping updates."
 import pytest
 from asgiref.sync import sync_to_async
 
-from console import consumers
+from console.web import sockets as consumers
 from tests.console.live import close_code, hello, open_socket, session_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,7 +11,8 @@ from django.core.handlers.exception import convert_exception_to_response
 from django.db import OperationalError
 from django.test import Client, RequestFactory
 
-from console import access, middleware
+from console import middleware
+from console.directory import access
 from runs import api as runs_api
 from tests.factories import make_key
 
@@ -48,7 +49,7 @@ def test_an_api_call_answers_the_json_error_with_retry_after(ingest_a, monkeypat
 
 
 def test_scim_answers_scims_error_shape(tenant_a, monkeypatch):
-    from console import selectors_scim
+    from console.directory import selectors_scim
 
     key = make_key(tenant_a, scopes=("scim",))
     monkeypatch.setattr(selectors_scim, "users", _refused)

@@ -441,7 +441,7 @@ def test_a_key_bound_to_an_admin_is_audited_as_both(admin_api, admin_a):
 def _stale_session(client, principal):
     import time
 
-    from console import signin
+    from console.directory import signin
 
     client.force_login(principal.user)
     session = client.session

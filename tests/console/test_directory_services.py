@@ -10,11 +10,11 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 from django.test import Client
 
+from approvals import access as approvals_access
 from approvals.services.decisions import approval_decide
-from console import access
-from console.errors import Conflict, Forbidden
+from console.core.errors import Conflict, Forbidden
+from console.directory.services.principals import principal_update
 from console.models import Principal, Role, UserSession
-from console.services.principals import principal_update
 from tests.console.live import close_code, hello, open_socket
 from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory
 
@@ -84,7 +84,7 @@ def test_a_deactivated_principal_can_no_longer_decide(admin_a, reviewer_a, tenan
     approval = ApprovalFactory(run=RunFactory(tenant=tenant_a))
     principal_update(principal=reviewer_a, fields={"active": False}, viewer=admin_a)
     reviewer_a.refresh_from_db()
-    assert access.decide_refusal(reviewer_a, approval) == "you may not decide approvals"
+    assert approvals_access.decide_refusal(reviewer_a, approval) == "you may not decide approvals"
     with pytest.raises(Forbidden):
         approval_decide(approval=approval, viewer=reviewer_a, decision="approve")
     approval.refresh_from_db()

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from console import signin
+from console.directory import signin
 from console.models import AuditEvent, Principal, Role, Team
 from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory
 
@@ -63,7 +63,7 @@ def test_principals_page_searches_filters_and_lists_the_review_queue(admin, tena
 
 
 def test_principals_listed_once_under_any_filter_and_no_principal_ids_offered(admin, tenant_a):
-    from console.selectors_directory import principals_list
+    from console.directory.selectors import principals_list
 
     support = Team.objects.create(tenant=tenant_a, name="support")
     ops = Team.objects.create(tenant=tenant_a, name="ops")

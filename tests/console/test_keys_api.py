@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from console import signin
+from console.directory import signin
 from console.models import ApiKey, AuditEvent
 from console.models import _hash_key as hash_key
 from tests.conftest import ApiClient

@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from approvals.models import Webhook, WebhookDelivery
 from approvals.services.webhooks import webhook_create
-from console import signin
-from console.accounts import REAUTH_FIELD
+from console.accounts.views import REAUTH_FIELD
+from console.directory import signin
 from console.models import ApiKey, AuditEvent, Tenant
 from console.models import _hash_key as hash_key
 from tests.factories import make_key

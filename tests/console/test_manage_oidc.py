@@ -4,7 +4,7 @@ schema and service (discovery read against a real provider); others get 403."""
 import pytest
 from django.test import override_settings
 
-from console import crypto
+from console.core import crypto
 from console.models import AuditEvent, TenantOidc
 from tests.oidc_provider import running_provider
 

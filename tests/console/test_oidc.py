@@ -7,7 +7,7 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import KeySet, RSAKey
 
-from console import oidc
+from console.directory import oidc
 
 ISSUER = "https://idp.example"
 CLIENT = "gavel"

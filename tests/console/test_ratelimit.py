@@ -16,8 +16,8 @@ import uuid
 import pytest
 import redis
 
-from console import ratelimit
-from console.ratelimit import Limiter
+from console.core import ratelimit
+from console.core.ratelimit import Limiter
 from tests.conftest import ApiClient
 from tests.factories import make_key
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from channels.layers import get_channel_layer
 
-from console import realtime
+from console.live import realtime
 from tests.console.live import frames_until, hello, open_socket
 from tests.runs.test_consumers import RUN, admit, has, post_events
 

@@ -5,7 +5,7 @@ stopped and started: tests/outages/test_redis_down.py.)"""
 
 import pytest
 
-from console import realtime
+from console.live import realtime
 
 
 class Layer:

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 from django.contrib.auth import SESSION_KEY
 
-from console import signin
-from console.accounts import REAUTH_FIELD
-from console.errors import Forbidden
+from console.accounts.views import REAUTH_FIELD
+from console.core.errors import Forbidden
+from console.directory import signin
 from console.models import AuditEvent
 from tests.console import reauth_urls
 from tests.factories import make_key

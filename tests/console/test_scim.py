@@ -13,9 +13,9 @@ from django.db import close_old_connections
 from scim2_client.engines.wsgi import WSGISCIMClient
 from scim2_tester import Status, check_server
 
-from console.errors import Invalid
+from console.core.errors import Invalid
+from console.directory.services import api_key_create
 from console.models import Team
-from console.services import api_key_create
 from tests.factories import PrincipalFactory, make_key
 
 ERROR = "urn:ietf:params:scim:api:messages:2.0:Error"

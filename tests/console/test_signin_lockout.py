@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
-from console import signin
+from console.directory import signin
 from console.models import AuditEvent, SigninThrottle
 from tests.factories import PrincipalFactory
 

@@ -8,10 +8,10 @@ from urllib.parse import urlsplit
 import pytest
 from django.test import override_settings
 
-from console import crypto
+from console.core import crypto
+from console.directory.services import sso as sso_services
+from console.directory.services import sso_domains
 from console.models import AuditEvent, Principal, TenantOidc
-from console.services import sso as sso_services
-from console.services import sso_domains
 from tests.conftest import ApiClient
 from tests.factories import PrincipalFactory, make_key
 from tests.oidc_provider import authorize, query, running_provider, set_user

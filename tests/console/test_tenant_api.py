@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from console import signin
+from console.directory import signin
 from console.models import AuditEvent, Tenant
 from runs.models import UsageDaily
 from tests.budgets.helpers import admit, post_events, step

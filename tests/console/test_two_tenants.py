@@ -11,9 +11,9 @@ from django.core.management import call_command
 from django.db import IntegrityError, transaction
 from django.test import Client
 
-from console import access, signin
+from console.directory import access, signin
+from console.directory.services import principal_create
 from console.models import Principal, Role, SigninThrottle
-from console.services import principal_create
 from tests.console.live import close_code, hello, open_socket
 from tests.factories import ApprovalFactory, RunFactory
 
@@ -239,7 +239,8 @@ async def test_deactivation_in_one_tenant_leaves_the_others_sockets_open(alice, 
 @pytest.mark.django_db(transaction=True)
 async def test_a_switch_elsewhere_closes_the_socket_at_its_recheck(alice, data, monkeypatch):
     """Even if the close message is lost, the re-check sees the session's new tenant."""
-    from console import consumers, realtime
+    from console.live import realtime
+    from console.web import sockets as consumers
 
     monkeypatch.setattr(consumers, "RECHECK_SECONDS", 0.2)
     monkeypatch.setattr(consumers.CHECKS, "ttl", 0.05)

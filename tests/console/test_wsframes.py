@@ -17,8 +17,9 @@ from daphne.server import Server
 from daphne.ws_protocol import WebSocketFactory
 from twisted.internet.testing import StringTransport
 
-from console import realtime, wsframes
-from console.consumers import LiveConsumer
+from console.live import frames as wsframes
+from console.live import realtime
+from console.web.sockets import LiveConsumer
 
 
 def daphne_socket(server: Server | None = None):

@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from approvals.models import Approval
-from console import outbox
+from console.core import outbox
 from console.models import Principal
 from notifications import calls
 from notifications.models import CallBatch, EmailState, OutboundEmail

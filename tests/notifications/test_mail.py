@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from approvals.models import DeliveryStatus, WebhookDelivery
 from approvals.services import webhooks
-from console import outbox
+from console.core import outbox
 from console.models import Principal
 from notifications import mail
 from notifications.models import EmailState, Notification, OutboundEmail

@@ -7,7 +7,8 @@ from django.db import transaction
 
 from approvals.models import DeliveryStatus, WebhookDelivery
 from approvals.services import webhooks
-from console import outbox, realtime
+from console.core import outbox
+from console.live import realtime
 from console.models import Principal
 from notifications.models import EmailState, Notification, OutboundEmail
 from notifications.services import notification_mark_read, notifications_mark_all_read, notify
@@ -177,7 +178,7 @@ def test_links_use_the_public_url_else_localhost_off_request(tenant_a, leads, se
 
 
 def test_links_use_the_address_of_the_request_that_caused_them(tenant_a, leads, settings, rf):
-    from console.links import current_request, public_url
+    from console.core.links import current_request, public_url
 
     settings.GAVEL_PUBLIC_URL = ""
     settings.ALLOWED_HOSTS = ["gavel.internal"]
@@ -192,7 +193,7 @@ def test_links_use_the_address_of_the_request_that_caused_them(tenant_a, leads, 
 def test_marking_read_is_one_principals_own_and_publishes_the_bell(
     tenant_a, leads, reviewer_a, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from console.errors import NotFound
+    from console.core.errors import NotFound
 
     lead, admin = leads
     mine, theirs = budget_alert(tenant=tenant_a, recipients=[lead, admin])

@@ -14,7 +14,7 @@ from django.utils import timezone
 from slack_sdk.signature import SignatureVerifier
 
 from approvals.models import ApprovalStatus
-from console import outbox
+from console.core import outbox
 from console.models import AuditEvent, Role
 from notifications.models import NotificationSettings, SlackResponse, SlackResponseStatus
 from notifications.slack import slack_message

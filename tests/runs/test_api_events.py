@@ -116,7 +116,7 @@ def test_event_after_run_finished_is_409_but_a_full_replay_is_200(ingest_a, admi
 def test_realtime_is_published_on_commit(
     ingest_a, admitted, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from console import realtime
+    from console.live import realtime
 
     sent = []
     monkeypatch.setattr(

@@ -7,9 +7,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
-from console import realtime
-from console.consumers import RENDERS
+from console.live import realtime
 from console.models import Role
+from console.web.sockets import RENDERS
 from tests.conftest import ApiClient
 from tests.console.live import close_code, control, frames_until, hello, open_socket
 from tests.factories import PrincipalFactory, make_key
@@ -192,7 +192,7 @@ def test_layer_messages_carry_ids_and_facts_never_content(
     from unittest import mock
 
     with (
-        mock.patch("console.realtime._send") as send,
+        mock.patch("console.live.realtime._send") as send,
         django_capture_on_commit_callbacks(execute=True),
     ):
         _admit(tenant_a)

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from approvals.models import ApprovalStatus
-from console.errors import Forbidden, Invalid, NotFound
+from console.core.errors import Forbidden, Invalid, NotFound
 from runs import selectors
 from tests.factories import (
     AgentFactory,

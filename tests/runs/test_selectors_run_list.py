@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from approvals.models import ApprovalStatus
-from console.errors import Forbidden, Invalid, NotFound
+from console.core.errors import Forbidden, Invalid, NotFound
 from runs import selectors_pages as pages
 from runs.models import RunStatus
 from tests.factories import (

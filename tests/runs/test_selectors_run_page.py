@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from approvals.models import ApprovalStatus
-from console.errors import Forbidden, NotFound
+from console.core.errors import Forbidden, NotFound
 from runs import selectors_pages as pages
 from runs.models import Handoff, Message, Step, ToolResult, Verdict
 from tests.factories import ApprovalFactory, ConversationFactory, RunFactory

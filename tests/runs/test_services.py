@@ -6,7 +6,7 @@ import pytest
 
 from approvals.models import Approval
 from approvals.services.requests import approvals_cancel_pending, approvals_request
-from console.errors import Conflict, Forbidden
+from console.core.errors import Conflict, Forbidden
 from runs.models import Handoff, Message, Step, UsageDaily, Verdict, run_trace_ids, run_verdicts
 from runs.services import common
 from runs.services.writes import RunWrites

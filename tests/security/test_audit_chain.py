@@ -15,10 +15,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from django.db import DatabaseError, connection, transaction
 from django.db.migrations.loader import MigrationLoader
 
-from console import auditchain
+from console.audit.log import audit_seal_due
+from console.core import auditchain
+from console.directory.services import audit
 from console.models import AuditEvent
-from console.services import audit
-from console.services.auditlog import audit_seal_due
 from tests.conftest import ApiClient
 from tests.factories import PrincipalFactory, make_key
 
@@ -305,7 +305,7 @@ def test_l7_each_checkpoint_is_also_written_to_the_log(
 
 
 def test_l7_the_sweep_signs_a_moved_head_now_and_then(tenant_a, tenant_b, settings):
-    from console.services import auditcheckpoints
+    from console.audit import checkpoints as auditcheckpoints
 
     auditcheckpoints._next_sweep["at"] = None
     put(tenant_a, 1)
@@ -429,7 +429,7 @@ def test_l2_another_tenants_entry_cannot_serve_as_a_cursor(client, admin_api, te
 def test_a_checkpoint_recording_a_pruned_prefix_lets_verify_start_after_it(admin_api, tenant_a):
     """Room for retention (issue #27): a prefix pruned whole, with a signed checkpoint that
     records its last position and hash, is not a removed entry."""
-    from console.services.auditcheckpoints import audit_checkpoint
+    from console.audit.checkpoints import audit_checkpoint
 
     for n in range(5):
         put(tenant_a, n)

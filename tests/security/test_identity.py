@@ -12,9 +12,9 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from console import signin
+from console.directory import signin
+from console.directory.services import sso as sso_services
 from console.models import AuditEvent, Principal, TenantOidc
-from console.services import sso as sso_services
 from tests.conftest import ApiClient
 from tests.factories import PrincipalFactory, make_key
 

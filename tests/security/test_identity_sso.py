@@ -13,9 +13,10 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
 
-from console import models, oidc
+from console import models
+from console.directory import oidc
+from console.directory.services import sso as sso_services
 from console.models import AuditEvent, Principal, TenantOidc
-from console.services import sso as sso_services
 from notifications.models import OutboundEmail
 from tests.conftest import ApiClient
 from tests.factories import PrincipalFactory, make_key
@@ -35,7 +36,7 @@ def dns(monkeypatch):
     """TXT records by name, as the stub resolver answers them (empty: no record)."""
     records: dict[str, list[str]] = {}
     monkeypatch.setattr(
-        "console.dnscheck.txt_records",
+        "console.core.dnscheck.txt_records",
         lambda name: list(records.get(name, [])),
         raising=False,  # (so that the tests can run, and fail, on the code before M6's fix)
     )

@@ -15,7 +15,7 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.test import Client
 
-from console import realtime
+from console.live import realtime
 from runs.models import Run
 from tests.conftest import ApiClient
 from tests.console.live import frames_until, hello, open_socket, session_for

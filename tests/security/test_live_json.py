@@ -66,7 +66,7 @@ def test_l3_deep_json_to_scim_is_a_scim_400_not_a_500(web, tenant_a, raw):
 def test_l3_an_unforeseen_failure_under_scim_answers_scims_json_not_html(
     web, tenant_a, monkeypatch
 ):
-    monkeypatch.setattr("console.scim.selectors", _Broken())
+    monkeypatch.setattr("console.accounts.scim.selectors", _Broken())
     key = make_key(tenant_a, scopes=("scim",))
     response = web.get("/scim/v2/Users", headers={"Authorization": f"Bearer {key}"})
     assert response.status_code == 500
@@ -109,7 +109,7 @@ def test_l3_a_rule_condition_value_nested_deep_is_422_at_validation(rules_a):
 
 def test_l3_a_rule_condition_nested_900_deep_is_refused_by_the_service(tenant_a, lead_a):
     from approvals.services.rules import rule_create
-    from console.errors import Invalid
+    from console.core.errors import Invalid
 
     fields = {
         "name": "deep",
@@ -124,8 +124,8 @@ def test_l3_a_rule_condition_nested_900_deep_is_refused_by_the_service(tenant_a,
 
 
 def test_l3_an_audit_entry_nested_thousands_deep_is_written_cut_and_sealed(tenant_a):
-    from console.services import audit
-    from console.services.auditlog import CUT, audit_verify
+    from console.audit.log import CUT, audit_verify
+    from console.directory.services import audit
 
     entry = audit(
         tenant=tenant_a,

@@ -16,9 +16,9 @@ from django.utils import timezone
 from approvals.management.commands import expire_approvals
 from approvals.models import Approval, ApprovalStatus, DeliveryStatus, WebhookDelivery
 from approvals.services import webhooks
-from console import outbox
+from console.core import outbox
+from console.directory.services import sso as sso_services
 from console.models import TenantOidc
-from console.services import sso as sso_services
 from notifications.models import EmailState, OutboundEmail
 from tests.factories import ApprovalFactory, RunFactory
 from tests.security.endpoints import Endpoint

@@ -16,7 +16,7 @@ from django.core.management import CommandError, call_command
 
 from approvals.models import DeliveryStatus, Webhook, WebhookDelivery
 from approvals.services import webhooks
-from console import oidc
+from console.directory import oidc
 from console.models import TenantOidc
 from notifications.models import SlackResponse
 from notifications.slack_responses import slack_response_enqueue, slack_responses_run_due

@@ -76,7 +76,7 @@ def test_m2_the_usage_csv_page_neutralises_a_principal_named_like_a_formula(form
 
 
 def test_m2_the_one_csv_helper_neutralises_text_only_and_keeps_numbers():
-    from console.csvsafe import csv_cell, csv_text  # (new: imported here, so that this file
+    from console.core.csvsafe import csv_cell, csv_text  # (new: imported here, so that this file
     # also runs against the code before the fix and each test fails alone)
 
     assert csv_cell("=1+1") == "'=1+1" and csv_cell("+1") == "'+1" and csv_cell("-x") == "'-x"

@@ -1,7 +1,7 @@
 from approvals.models import WebhookEvent, WebhookFormat
 from approvals.services.webhooks import webhook_create
-from console.management.commands._base import ProvisioningCommand, split_csv
-from console.services import tenant_get
+from console.core.commands import ProvisioningCommand, split_csv
+from console.directory.services import tenant_get
 
 
 class Command(ProvisioningCommand):

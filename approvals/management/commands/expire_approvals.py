@@ -22,7 +22,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
-from console import outbox
+from console.core import outbox
 from notifications.sweep import sweep
 
 

@@ -1,8 +1,8 @@
 from budgets.rules import THRESHOLD_MAX, THRESHOLD_MIN
 from budgets.services import budget_ensure
-from console.errors import Invalid
-from console.management.commands._base import ProvisioningCommand, split_csv
-from console.services import tenant_get
+from console.core.commands import ProvisioningCommand, split_csv
+from console.core.errors import Invalid
+from console.directory.services import tenant_get
 
 SCOPES = "tenant|team:NAME|principal:ID|agent:ID"
 

@@ -22,8 +22,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from budgets import rules
+from console.directory.services import tenant_create
 from console.models import Principal, Team, Tenant
-from console.services import tenant_create
 from runs.models import Agent, UsageDaily, UsageDailyBy
 
 TEAMS = ("support", "billing", "research", "platform")

@@ -1,5 +1,5 @@
-from console.management.commands._base import ProvisioningCommand, split_csv
-from console.services import api_key_create, principal_get, tenant_get
+from console.core.commands import ProvisioningCommand, split_csv
+from console.directory.services import api_key_create, principal_get, tenant_get
 
 
 class Command(ProvisioningCommand):

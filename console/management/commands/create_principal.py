@@ -1,5 +1,5 @@
-from console.management.commands._base import ProvisioningCommand
-from console.services import principal_create, tenant_get
+from console.core.commands import ProvisioningCommand
+from console.directory.services import principal_create, tenant_get
 
 
 class Command(ProvisioningCommand):

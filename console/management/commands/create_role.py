@@ -1,6 +1,6 @@
-from console.management.commands._base import ProvisioningCommand, split_csv
+from console.core.commands import ProvisioningCommand, split_csv
+from console.directory.services import role_create, tenant_get
 from console.models import CAPABILITIES
-from console.services import role_create, tenant_get
 
 
 class Command(ProvisioningCommand):

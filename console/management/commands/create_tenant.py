@@ -1,5 +1,5 @@
-from console.management.commands._base import ProvisioningCommand
-from console.services import tenant_create
+from console.core.commands import ProvisioningCommand
+from console.directory.services import tenant_create
 
 
 class Command(ProvisioningCommand):

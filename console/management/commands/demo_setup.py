@@ -17,9 +17,9 @@ from django.conf import settings
 from django.db import transaction
 
 from budgets.services import budget_ensure
-from console.management.commands._base import ProvisioningCommand
+from console.core.commands import ProvisioningCommand
+from console.directory.services import api_key_create, principal_create, tenant_create
 from console.models import ApiKey, Principal
-from console.services import api_key_create, principal_create, tenant_create
 
 TENANT = "demo"
 PEOPLE = (

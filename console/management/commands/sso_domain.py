@@ -1,6 +1,6 @@
-from console.management.commands._base import ProvisioningCommand
+from console.core.commands import ProvisioningCommand
+from console.directory.services import sso_domains, tenant_get
 from console.models import SsoDomain
-from console.services import sso_domains, tenant_get
 
 
 class Command(ProvisioningCommand):

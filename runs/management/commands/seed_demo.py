@@ -19,8 +19,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
+from console.directory.services import tenant_create
 from console.models import Principal
-from console.services import tenant_create
 from runs.models import (
     VERDICT_SEVERITY,
     Agent,

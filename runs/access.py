@@ -1,0 +1,54 @@
+"""Runs' tenant scoping: the runs a viewer, a key or a writer reaches. Another tenant's run
+is NotFound (404), like a missing one; a missing capability is Forbidden (403). The viewer and
+its capabilities are console.directory.access's; this module applies that one rule to runs."""
+
+from django.db.models import OuterRef, QuerySet, Subquery
+
+from approvals.models import RuleVersion
+from console.core.errors import NotFound
+from console.directory.access import Viewer, require
+from runs.models import Run
+
+
+def runs_visible_to(*, viewer: Viewer) -> QuerySet:
+    require(viewer, "view_runs")
+    return Run.objects.filter(tenant_id=viewer.tenant_id).defer("snapshot")
+
+
+def run_locked(
+    *, tenant_id: int, run_id: str, related=("tenant", "principal", "agent"), defer=("snapshot",)
+) -> Run | None:
+    """The run with this wire id in this tenant with its row locked (the row only, not its
+    tenant's or principal's; the caller holds the transaction), or None. For writers. The
+    latest RunState (up to the body limit) is read only by GET .../state: deferred. The
+    tenant's rules version comes along (`rules_version`): a batch reads it with its run, in
+    the same query (approvals.services.rules)."""
+    qs = Run.objects.filter(tenant_id=tenant_id, external_id=run_id).defer(*defer)
+    version = RuleVersion.objects.filter(tenant_id=OuterRef("tenant_id")).values("version")[:1]
+    qs = qs.annotate(rules_version=Subquery(version))
+    return qs.select_for_update(of=("self",)).select_related(*related).first()
+
+
+def run_in_tenant(*, tenant_id: int, run_id: str, for_update: bool = False) -> Run:
+    """The run with this wire id in this tenant, or NotFound. For writers (runtimes).
+    `for_update`: locked (run_locked), with its tenant, principal and agent (the rollups'
+    keys)."""
+    if for_update:
+        run = run_locked(tenant_id=tenant_id, run_id=run_id)
+    else:
+        run = Run.objects.filter(tenant_id=tenant_id, external_id=run_id).defer("snapshot").first()
+    if run is None:
+        raise NotFound(f"no run '{run_id}'", code="run_not_found")
+    return run
+
+
+def run_for(*, viewer: Viewer, run_id: str, for_update: bool = False):
+    """The run a viewer asks for: NotFound outside its tenant, Forbidden without view_runs."""
+    qs = Run.objects.filter(tenant_id=viewer.tenant_id, external_id=run_id).defer("snapshot")
+    if for_update:
+        qs = qs.select_for_update()
+    run = qs.first()
+    if run is None:
+        raise NotFound(f"no run '{run_id}'", code="run_not_found")
+    require(viewer, "view_runs")
+    return run
