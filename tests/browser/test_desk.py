@@ -101,7 +101,7 @@ def _count(page) -> int:
 def test_the_card_page_from_a_mail_link_signs_in_and_lands_on_the_card_styled(one, page):
     [call] = one
     link = f"{page.base_url}/approvals/{call.public_id}/"
-    page.goto(link, wait_until="domcontentloaded")  # signed out: sign in, then back here
+    page.goto(link, wait_until="domcontentloaded", timeout=30_000)  # signed out: sign in, back
     assert "/accounts/login/" in page.url
     page.get_by_label("Principal id").fill("reviewer@a.example")
     page.get_by_label("Password").fill("reviewer-pass-123")
