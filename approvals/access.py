@@ -5,11 +5,11 @@ capabilities are console.directory.access's; this module applies that one rule h
 
 from fnmatch import fnmatchcase
 
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from approvals.models import Approval, Rule, Webhook
 from approvals.rules import CompiledRule, RuleSet, glob_covers
-from budgets.models import OVERRIDE_TOOL
+from budgets.models import OVERRIDE_TOOL, Budget
 from console.core.errors import Forbidden, NotFound
 from console.directory.access import (
     Viewer,
@@ -87,6 +87,36 @@ def decidable(viewer: Viewer, approvals) -> list:
         if refused is None:
             chosen.append(approval)
     return chosen
+
+
+def decidable_q(viewer: Viewer, tool_names) -> Q:
+    """`decidable` as a filter on approvals of the viewer's tenant (SQL, for counting and
+    paging thousands of calls): the same three questions, the roles' one asked once per tool
+    name of `tool_names` (the distinct names among the calls being filtered). Pending-ness and
+    mirrors are the caller's."""
+    nothing = Q(pk__in=[])
+    if isinstance(viewer, ApiKey) and not viewer.has_scope("decide"):
+        return nothing
+    principal = acting_principal(viewer)
+    if principal is None or not principal.is_active:
+        return nothing
+    tool_names = set(tool_names)
+    tools = [t for t in tool_names if t != OVERRIDE_TOOL and _tool_refusal(principal, t) is None]
+    calls = Q(tool_name__in=tools)
+    if not viewer.tenant.allow_self_approval:  # _self_refusal
+        calls &= ~Q(run__principal_id=principal.pk)
+    if OVERRIDE_TOOL not in tool_names:
+        return calls  # no over-budget request among them: no join to their budgets
+    # _override_refusal: the budget's leads, else manage_budgets holders; never the run's own.
+    leads = Budget.leads.through.objects.filter(budget_id=OuterRef("budget_override__budget_id"))
+    named = Exists(leads.filter(principal_id=principal.pk))
+    led_by = named | ~Exists(leads) if can(principal, "manage_budgets") else named
+    overrides = (
+        Q(tool_name=OVERRIDE_TOOL, budget_override__isnull=False)
+        & led_by
+        & ~Q(run__principal_id=principal.pk)
+    )
+    return calls | overrides
 
 
 def _tool_refusal(principal: Principal | None, tool_name: str) -> str | None:

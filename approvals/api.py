@@ -22,6 +22,7 @@ from approvals.schemas import (
     parse_wait,
 )
 from approvals.selectors import approvals_list
+from approvals.services.bulk import MAX_BULK, approvals_decide_many
 from approvals.services.decisions import UNSET, approval_decide, approvals_announce_delivered
 from approvals.services.delivery import decisions_answer_async, recheck_seconds
 from budgets.spend import run_costs
@@ -210,3 +211,62 @@ def approvals_decide(request, approval_id: str, payload: DecisionIn):
 )
 def approvals_index(request, filters: Query[ApprovalListQuery]):
     return approvals_list(viewer=request.auth, **filters.model_dump())
+
+
+class BulkDecisionIn(CamelSchema):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    decision: Literal["approve", "deny"]
+    approval_ids: Annotated[list[str], Field(min_length=1, max_length=MAX_BULK)]
+    message: str | None = None
+
+
+class BulkError(CamelSchema):
+    code: str
+    message: str
+    details: Any = None
+
+
+class BulkResultOut(CamelSchema):
+    approval_id: str
+    status: int
+    approval: ApprovalOut | None = None
+    error: BulkError | None = None
+
+
+class BulkDecisionOut(CamelSchema):
+    results: list[BulkResultOut]
+    decided: int
+    refused: int
+
+
+@router.post(
+    "/approvals/decisions",
+    auth=[decide_auth, browser_session],
+    response={200: BulkDecisionOut, **errors(413, 422)},
+    by_alias=True,
+    summary="Decide many held calls at once (each its own decision; refusals reported per call)",
+)
+def approvals_decide_bulk(request, payload: BulkDecisionIn):
+    results = approvals_decide_many(
+        viewer=request.auth,
+        approval_ids=payload.approval_ids,
+        decision=payload.decision,
+        message=payload.message,
+    )
+    decided = [r["approval"] for r in results if r["approval"] is not None]
+    costs = run_costs(runs=[a.run for a in decided])
+    items = []
+    for r in results:
+        error = r["error"]
+        items.append(
+            {
+                "approval_id": r["id"],
+                "status": error.status if error else 200,
+                "approval": approval_resource(r["approval"], costs=costs) if not error else None,
+                "error": {"code": error.code, "message": error.message, "details": error.details}
+                if error
+                else None,
+            }
+        )
+    return {"results": items, "decided": len(decided), "refused": len(results) - len(decided)}

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from approvals import access as approvals_access
-from approvals import live, selectors
+from approvals import live, live_desk, selectors, selectors_desk
 from approvals.nav import NavCountMixin, nav_audience, nav_count_html
 from console.live import realtime
 from console.web.sockets import (
@@ -23,14 +23,16 @@ class InboxConsumer(BellMixin, CallsMixin, NavCountMixin, LiveConsumer):
         params = query(self.scope)
         self.count_only = params.get("only") == "count"
         if not self.count_only:
-            approvals_access.approvals_visible_to(
-                viewer=self.viewer
-            )  # Forbidden without a capability
-        self.filters = {name: params.get(name, "").strip() for name in selectors.FILTERS}
+            approvals_access.approvals_visible_to(viewer=self.viewer)  # Forbidden without one
+        self.desk = params.get("desk") == "1"  # the desk (/approvals/); else cards (run pages)
+        if self.desk:
+            self.filters = selectors_desk.desk_filters(params)
+        else:
+            self.filters = {name: params.get(name, "").strip() for name in selectors.FILTERS}
         return [realtime.inbox_group(self.viewer.tenant_id)]
 
     def check_key(self):
-        return (self.count_only, tuple(sorted(self.filters.items())))
+        return (self.count_only, self.desk, tuple(sorted(self.filters.items())))
 
     async def approvals_updated(self, message):
         if not self.first_time(message):
@@ -49,7 +51,8 @@ class InboxConsumer(BellMixin, CallsMixin, NavCountMixin, LiveConsumer):
             self.viewer, run_principal_id=principal_id, allow_self_approval=allow_self
         )
         filters = tuple(sorted(self.filters.items()))
-        key = (message.get("id"), "inbox", nav_audience(self.viewer), audience, filters)
+        kind = "desk" if self.desk else "inbox"
+        key = (message.get("id"), kind, nav_audience(self.viewer), audience, filters)
         await self.push(await self.render(key, self._render, ids, change))
 
     def _facts(self, run_id):
@@ -57,7 +60,10 @@ class InboxConsumer(BellMixin, CallsMixin, NavCountMixin, LiveConsumer):
 
     def _render(self, ids, change):
         """The nav count and the cards, in one trip to the database thread."""
-        if change == "requested":
+        if self.desk:
+            render = live_desk.requested_html if change == "requested" else live_desk.changed_html
+            cards = render(viewer=self.viewer, approval_ids=ids, filters=self.filters)
+        elif change == "requested":
             cards = live.requested_html(viewer=self.viewer, approval_ids=ids, filters=self.filters)
         else:
             cards = live.cards_html(viewer=self.viewer, approval_ids=ids)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from channels.db import database_sync_to_async
 
-from approvals.selectors import nav_pending_count_context
+from approvals.selectors_desk import nav_pending_count_context
 from console.directory import access
 from console.web.sockets import oob
 
@@ -15,7 +15,11 @@ def nav_count_html(viewer) -> str:
 
 
 def nav_audience(viewer) -> str:
-    return "count" if access.can(viewer, "view_runs") or access.can(viewer, "decide") else "none"
+    """The nav count is what this principal may decide (its own runs and the budgets it leads
+    count): one render per principal."""
+    if access.can(viewer, "view_runs") or access.can(viewer, "decide"):
+        return f"count:{viewer.pk}"
+    return "none"
 
 
 class NavCountMixin:

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from approvals import access as approvals_access
 from approvals.models import Approval, ApprovalStatus
+from approvals.rules import HUMAN_ONLY_TOOLS
 from approvals.schemas import approval_resource, parse_cursor
 from approvals.services.expiry import approvals_expire_due
 from budgets.spend import run_costs
@@ -152,7 +153,9 @@ def _card(approval, viewer, *, refusal, notice, costs=None, verdicts=None) -> di
         "decided_by_rule": approval.decided_by_rule,
         # "Always approve calls like this": a rule editor prefilled from this call, for those
         # who may make rules and decide this tool (a rule decides only what its author may).
+        # Never on a call no rule can decide (an over-budget request): the rule could not fire.
         "can_make_rule": viewer is not None
+        and approval.tool_name not in HUMAN_ONLY_TOOLS
         and access.can(viewer, "manage_rules")
         and access.can(viewer, "decide", approval.tool_name),
         "notice": notice,
@@ -204,16 +207,6 @@ def inbox_filtered(qs, filters: dict):
         if value:
             qs = qs.filter(**{lookup: value})
     return qs
-
-
-def nav_pending_count_context(*, viewer) -> dict:
-    """`base.html#nav-pending-count`: the calls pending a human in the viewer's tenant
-    (counted as the inbox counts them)."""
-    try:
-        approvals = approvals_access.approvals_visible_to(viewer=viewer)
-    except Forbidden:
-        return {"nav_pending_count": 0}
-    return {"nav_pending_count": pending_calls(approvals).count()}
 
 
 def inbox_pending(

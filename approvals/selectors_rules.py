@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from dataclasses import replace
 from datetime import timedelta
 
@@ -21,9 +22,10 @@ from approvals.rules import (
     RuleSet,
     RuleSpec,
     glob_escape,
-    suggested_conditions,
 )
+from approvals.rules.generalise import argument_choices, conditions_from_choices
 from approvals.schemas_rules import rule_resource, rule_spec_unsaved
+from approvals.selectors_desk import decidable_pending
 from console.core.errors import Invalid, NotFound
 from console.core.wire import cursor_pk
 from console.directory import access
@@ -309,11 +311,25 @@ def suggestion_for(*, viewer, tool_name: str, agent_id: str) -> dict:
     raise NotFound(f"no suggestion for {tool_name} from {agent_id} now", code="not_found")
 
 
-def rule_fields_from_approval(*, viewer, approval_id: str) -> dict:
-    """ "Always approve calls like this": a rule for this call's tool and agent, with one
-    `equals` condition per top-level argument (each editable before saving)."""
+def card_rule_source(*, viewer, approval_id: str):
+    """The call a rule is made from ("Always approve calls like this"): NotFound outside the
+    tenant; Invalid for a call no rule can ever decide (an over-budget request)."""
     access.require_capability(viewer, "manage_rules")
     approval = approvals_access.approval_for(viewer=viewer, approval_id=approval_id)
+    if approval.tool_name in HUMAN_ONLY_TOOLS:
+        raise Invalid(
+            f"rules never decide '{approval.tool_name}' calls: a person always does",
+            code="validation_error",
+            details=[{"path": "approval", "message": "no rule can decide this call"}],
+        )
+    return approval
+
+
+def rule_fields_from_approval(*, viewer, approval_id: str) -> dict:
+    """ "Always approve calls like this": a rule for this call's tool and agent, with each
+    top-level argument's default choice (a suggested condition, the exact value, or any:
+    approvals.rules.generalise), all editable before saving."""
+    approval = card_rule_source(viewer=viewer, approval_id=approval_id)
     agent = approval.run.current_agent_id
     return {
         "name": f"Always approve {approval.tool_name} from {agent}"[:200],
@@ -321,7 +337,79 @@ def rule_fields_from_approval(*, viewer, approval_id: str) -> dict:
         "tool_pattern": glob_escape(approval.tool_name),
         "agent_pattern": glob_escape(agent),
         "principal_pattern": "*",
-        "conditions": suggested_conditions(approval.arguments),
+        "conditions": [],
+    }
+
+
+def card_rule_choices(*, approval, chosen: dict) -> dict:
+    """The editor's per-argument choices for a rule made from this call, and the conditions
+    they make (`chosen`: argument → exact | any | suggested; else each one's default)."""
+    items = argument_choices(approval.arguments)
+    for item in items:
+        item["chosen"] = chosen.get(item["key"]) or item["default"]
+        item["exact"] = json.dumps(item["value"], ensure_ascii=False)[:120]
+    return {
+        "source": approval,
+        "choices": items,
+        "conditions": conditions_from_choices(approval.arguments, chosen),
+    }
+
+
+def waiting_preview(*, viewer, spec: RuleSpec, now=None) -> dict:
+    """The calls waiting now that this rule would decide and that this viewer may decide (the
+    desk's `decidable_pending`): the ones "decide the waiting ones with it" decides. Reads the
+    oldest PREVIEW_SCAN of them at most and matches in Python."""
+    now = now or timezone.now()
+    rule = CompiledRule(replace(spec, active=True, expires_at=None))
+    allow = viewer.tenant.allow_self_approval
+    qs = decidable_pending(viewer=viewer).exclude(tool_name__in=HUMAN_ONLY_TOOLS)
+    if not any(ch in spec.tool_pattern for ch in "*?["):
+        qs = qs.filter(tool_name=spec.tool_pattern)
+    rows = list(
+        qs.order_by("requested_at", "id").values(
+            "public_id",
+            "tool_name",
+            "arguments",
+            "requested_at",
+            run_wire_id=F("run__external_id"),
+            agent=F("run__current_agent_id"),
+            principal_key=F("run__principal_id"),
+            principal_wire_id=F("run__principal__external_id"),
+            conversation_wire_id=F("run__conversation__external_id"),
+        )[:PREVIEW_SCAN]
+    )
+    matched = [
+        r
+        for r in rows
+        if rule.failure(
+            Call(
+                tool_name=r["tool_name"],
+                arguments=r["arguments"],
+                agent_id=r["agent"],
+                principal_id=r["principal_wire_id"],
+                principal_key=r["principal_key"],
+                run_id=r["run_wire_id"],
+                conversation_id=r["conversation_wire_id"],
+            ),
+            now=now,
+            allow_self_approval=allow,
+        )
+        is None
+    ]
+    return {
+        "count": len(matched),
+        "ids": [r["public_id"] for r in matched],
+        "calls": [
+            {
+                "approval_id": r["public_id"],
+                "run_id": r["run_wire_id"],
+                "tool_name": r["tool_name"],
+                "agent_id": r["agent"],
+                "requested_at": r["requested_at"],
+            }
+            for r in matched[:PREVIEW_SHOWN]
+        ],
+        "truncated": len(rows) >= PREVIEW_SCAN,
     }
 
 
@@ -346,7 +434,12 @@ def rule_fields_of(rule) -> dict:
 def rule_preview_context(*, viewer, fields: dict, rule=None, problems=(), days: int = 30) -> dict:
     """`rules/editor.html#rule-preview`: how many of the last `days` days' calls the rule as
     typed would have decided, with the newest of them; or why it cannot be saved as typed."""
-    base = {"preview": None, "preview_problems": list(problems), "preview_days": days}
+    base = {
+        "preview": None,
+        "waiting": None,
+        "preview_problems": list(problems),
+        "preview_days": days,
+    }
     if problems:
         return base
     creator = rule.created_by if rule is not None else viewer
@@ -355,4 +448,8 @@ def rule_preview_context(*, viewer, fields: dict, rule=None, problems=(), days: 
     except Invalid as exc:
         details = exc.details or []
         return {**base, "preview_problems": [f"{d['path']}: {d['message']}" for d in details]}
-    return {**base, "preview": rule_preview(viewer=viewer, spec=spec, days=days)}
+    return {
+        **base,
+        "preview": rule_preview(viewer=viewer, spec=spec, days=days),
+        "waiting": waiting_preview(viewer=viewer, spec=spec),
+    }

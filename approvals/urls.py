@@ -1,11 +1,11 @@
 from django.urls import path
 
-from approvals import views, views_rules
+from approvals import views, views_desk, views_rules
 
 app_name = "approvals"
 
 urlpatterns = [
-    path("approvals/", views.inbox, name="inbox"),
+    path("approvals/", views_desk.desk, name="inbox"),
     path("approvals/stats/", views_rules.decision_stats, name="stats"),
     path("approvals/<str:approval_id>/", views.card, name="card"),
     path("approvals/<str:approval_id>/decision/", views.decide, name="decide"),

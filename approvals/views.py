@@ -20,40 +20,20 @@ from runs import access as runs_access
 
 CARD = "approvals/card.html"
 GROUP = "approvals/group.html"
-
-
-def _filters(request) -> dict:
-    return {name: request.GET.get(name, "").strip() for name in selectors.FILTERS}
-
-
-@require_GET
-@viewer_view
-def inbox(request):
-    viewer = request.viewer
-    approvals_access.approvals_visible_to(viewer=viewer)  # Forbidden without view_runs or decide
-    filters = _filters(request)
-    page = selectors.inbox_page(viewer=viewer, filters=filters)
-    context = {
-        "groups": page["groups"],
-        "more": page["more"],
-        "page_size": page["size"],
-        "filters": filters,
-        "choices": selectors.inbox_filter_choices(
-            viewer=viewer, filters=filters, calls=page["calls"]
-        ),
-        "nav_active": "inbox",
-    }
-    if request.htmx:
-        return render(request, "approvals/inbox.html#inbox-groups", context)
-    return render(request, "approvals/inbox.html", context)
+CARD_PAGE = "approvals/card_page.html"
 
 
 @require_GET
 @viewer_view
 def card(request, approval_id):
-    """One card (a live client re-fetches it after a gap or a reconnect)."""
+    """One card: the fragment for htmx (the inbox's detail pane, a live client re-fetching it
+    after a gap); a full page for every link from outside (mail, Slack, notifications)."""
     approval = approvals_access.approval_for(viewer=request.viewer, approval_id=approval_id)
-    return _card(request, approval)
+    if request.htmx:
+        return _card(request, approval)
+    # Opened from outside (mail, Slack, a notification): the whole page around the card.
+    context = selectors.approval_card_context(approval=approval, viewer=request.viewer)
+    return render(request, CARD_PAGE, {**context, "nav_active": "inbox"})
 
 
 def _card(request, approval, *, notice=None, status=200):

@@ -16,6 +16,7 @@ from approvals import access as approvals_access
 from approvals import selectors_rules as selectors
 from approvals import selectors_stats
 from approvals.rules import OPS
+from approvals.services.bulk import MAX_BULK, approvals_decide_many
 from approvals.services.rules import rule_create, rule_deactivate, rule_update
 from console.audit.log import audit_refused
 from console.core.errors import Forbidden, Invalid
@@ -144,16 +145,36 @@ def form_of(fields: dict, *, tenant) -> dict:
 # ---- pages ----
 
 
-def _editor(request, *, rule=None, fields, problems=(), status=200):
+def _card_source(request, post=None):
+    """A rule made from a card (`?approval=` or the form's `from_approval`): the call and its
+    per-argument choices as the form has them (`arg_<key>`), else None."""
+    approval_id = (post or {}).get("from_approval") or request.GET.get("approval")
+    if not approval_id:
+        return None
+    approval = selectors.card_rule_source(viewer=request.viewer, approval_id=approval_id)
+    chosen = {k[len("arg_") :]: v for k, v in (post or {}).items() if k.startswith("arg_") and v}
+    return selectors.card_rule_choices(approval=approval, chosen=chosen)
+
+
+def _with_card(fields: dict, card) -> dict:
+    if card is None:
+        return fields
+    return {**fields, "conditions": card["conditions"] + list(fields.get("conditions") or [])}
+
+
+def _editor(request, *, rule=None, fields, problems=(), status=200, card=None):
     tenant = request.viewer.tenant
     context = {
+        "card_rule": card,
         "rule": rule,
         "form": form_of(fields, tenant=tenant),
         "ops": OPS,
         "problems": list(problems),
         "nav_active": "rules",
         "time_zone": tenant.time_zone,
-        **selectors.rule_preview_context(viewer=request.viewer, fields=fields, rule=rule),
+        **selectors.rule_preview_context(
+            viewer=request.viewer, fields=_with_card(fields, card), rule=rule
+        ),
     }
     return render(request, EDITOR, context, status=status)
 
@@ -161,19 +182,45 @@ def _editor(request, *, rule=None, fields, problems=(), status=200):
 def _save(request, *, rule=None):
     viewer = request.viewer
     fields, problems = form_fields(request.POST, tenant=viewer.tenant)
+    card = _card_source(request, request.POST) if rule is None else None
     if not problems:
         try:
             if rule is None:
-                rule = rule_create(tenant=viewer.tenant, fields=fields, principal=viewer)
+                rule = rule_create(
+                    tenant=viewer.tenant, fields=_with_card(fields, card), principal=viewer
+                )
             else:
                 rule = rule_update(rule=rule, fields=fields, principal=viewer)
-            return redirect(f"/rules/?saved={rule.public_id}")
         except Invalid as exc:
             problems = [d["path"] + ": " + d["message"] for d in exc.details or []] or [exc.message]
         except Forbidden as exc:  # a tool pattern beyond what the viewer may decide
             audit_refused(actor=viewer, path=request.path, method="POST", reason=exc.message)
-            return _editor(request, rule=rule, fields=fields, problems=[exc.message], status=403)
-    return _editor(request, rule=rule, fields=fields, problems=problems, status=422)
+            return _editor(
+                request, rule=rule, fields=fields, problems=[exc.message], status=403, card=card
+            )
+        else:
+            decided = ""
+            if request.POST.get("decide_waiting") == "on":
+                decided = f"&decided={_decide_waiting(viewer, rule)}"
+            return redirect(f"/rules/?saved={rule.public_id}{decided}")
+    return _editor(request, rule=rule, fields=fields, problems=problems, status=422, card=card)
+
+
+def _decide_waiting(viewer, rule) -> int:
+    """Decide, as this viewer (each its own decision), the calls waiting now that the new rule
+    matches and the viewer may decide; how many were decided."""
+    waiting = selectors.waiting_preview(viewer=viewer, spec=rule.spec())
+    decided = 0
+    ids = waiting["ids"]
+    for start in range(0, len(ids), MAX_BULK):
+        results = approvals_decide_many(
+            viewer=viewer,
+            approval_ids=ids[start : start + MAX_BULK],
+            decision=rule.effect,
+            message=rule.message,
+        )
+        decided += sum(r["error"] is None for r in results)
+    return decided
 
 
 @require_GET
@@ -184,6 +231,8 @@ def rules_index(request):
         saved=request.GET.get("saved"),
         cursor=request.GET.get("cursor") or None,
     )
+    decided = request.GET.get("decided", "")
+    context["decided_waiting"] = int(decided) if decided.isdigit() else None
     return render(request, LIST, {**context, "nav_active": "rules"})
 
 
@@ -196,11 +245,12 @@ def rule_new(request):
     if request.method == "POST":
         return _save(request)
     fields = {"effect": "approve"}
-    if request.GET.get("approval"):
+    card = _card_source(request)
+    if card is not None:
         fields = selectors.rule_fields_from_approval(
-            viewer=request.viewer, approval_id=request.GET["approval"]
+            viewer=request.viewer, approval_id=card["source"].public_id
         )
-    return _editor(request, fields=fields)
+    return _editor(request, fields=fields, card=card)
 
 
 @require_http_methods(["GET", "POST"])
@@ -246,8 +296,9 @@ def rule_preview(request):
     fields, problems = form_fields(request.POST, tenant=request.viewer.tenant)
     rule_id = request.POST.get("rule_id")
     rule = approvals_access.rule_for(viewer=request.viewer, rule_id=rule_id) if rule_id else None
+    card = _card_source(request, request.POST) if rule is None else None
     context = selectors.rule_preview_context(
-        viewer=request.viewer, fields=fields, rule=rule, problems=problems
+        viewer=request.viewer, fields=_with_card(fields, card), rule=rule, problems=problems
     )
     return render(request, f"{EDITOR}#rule-preview", context)
 

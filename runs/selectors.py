@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections import defaultdict
 from datetime import datetime
 
@@ -16,7 +13,7 @@ from approvals.schemas import approval_resource
 from approvals.services.expiry import approvals_expire_due
 from budgets.spend import run_costs
 from console.core.errors import Invalid
-from console.core.wire import cursor_pk
+from console.core.wire import keyset_decode, keyset_encode
 from runs import access as runs_access
 from runs.models import Run, run_verdicts, runs_verdicts
 
@@ -92,25 +89,18 @@ def run_get(*, viewer, run_id: str) -> dict:
 
 
 def cursor_encode(run: Run) -> str:
-    raw = json.dumps([run.started_at.isoformat(), run.pk]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return keyset_encode(run.started_at, run.pk)
 
 
 def cursor_decode(cursor: str) -> tuple[datetime, int]:
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        started, pk = json.loads(raw)
-        started_at = datetime.fromisoformat(started)
-        if not isinstance(pk, int) or started_at.tzinfo is None:
-            raise ValueError
-        cursor_pk(pk)
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, RecursionError):
+        return keyset_decode(cursor)
+    except ValueError:
         raise Invalid(
             "the cursor is not one this server issued",
             code="validation_error",
             details=[{"path": "query.cursor", "message": "invalid cursor"}],
         ) from None
-    return started_at, pk
 
 
 def runs_list(

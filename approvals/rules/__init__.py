@@ -359,18 +359,6 @@ def examples_normalized(examples) -> dict:
     }
 
 
-def suggested_conditions(arguments) -> list[dict]:
-    """One `equals` condition per top-level argument (the rule editor's starting point, from
-    a card): a path must be a dotted path, so keys that are not one are left out."""
-    if not isinstance(arguments, dict):
-        return []
-    return [
-        {"path": key, "op": "equals", "value": value}
-        for key, value in arguments.items()
-        if path_parts(key) is not None and len(key.split(".")) == 1
-    ][:MAX_CONDITIONS]
-
-
 # Re-exported: the services, schemas and tests read the conditions' names through here.
 __all__ = [
     "HUMAN_ONLY_TOOLS",

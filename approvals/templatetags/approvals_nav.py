@@ -2,7 +2,7 @@
 
 from django import template
 
-from approvals.selectors import nav_pending_count_context
+from approvals.selectors_desk import nav_pending_count_context
 
 register = template.Library()
 

@@ -1,5 +1,7 @@
 """The schema edge's bases: Python snake_case inside, camelCase on the wire."""
 
+import base64
+import binascii
 import json
 import re
 from datetime import UTC, datetime, timedelta
@@ -86,6 +88,26 @@ def cursor_pk(value: int) -> int:
     if isinstance(value, bool) or not 0 <= value <= INT64_MAX:
         raise ValueError("not a key")
     return value
+
+
+def keyset_encode(at: datetime, pk: int) -> str:
+    """An opaque keyset cursor for a list ordered by (a timestamp, id)."""
+    raw = json.dumps([at.isoformat(), pk]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def keyset_decode(cursor: str) -> tuple[datetime, int]:
+    """(timestamp, id) of a `keyset_encode` cursor; ValueError for one this server never
+    issued."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at, pk = json.loads(raw)
+        when = datetime.fromisoformat(at)
+        if not isinstance(pk, int) or when.tzinfo is None:
+            raise ValueError
+        return when, cursor_pk(pk)
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, RecursionError):
+        raise ValueError("not a cursor this server issued") from None
 
 
 class CamelSchema(Schema):

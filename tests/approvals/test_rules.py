@@ -19,8 +19,8 @@ from approvals.rules import (
     path_parts,
     resolve,
     same,
-    suggested_conditions,
 )
+from approvals.rules.generalise import argument_choices, conditions_from_choices
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -388,10 +388,45 @@ def test_examples_must_agree_with_the_conditions():
     assert examples_problems(rule, {"maybe": []})[0]["message"] == "unknown fields: maybe"
 
 
-def test_suggested_conditions_are_one_equals_per_top_level_argument():
-    assert suggested_conditions({"to": "a@x", "cc": ["b"], "a.b": 1, "n": 2}) == [
-        {"path": "to", "op": "equals", "value": "a@x"},
-        {"path": "cc", "op": "equals", "value": ["b"]},
-        {"path": "n", "op": "equals", "value": 2},
+def test_a_card_rule_generalises_each_argument():
+    args = {
+        "to": "dana@acme.com",
+        "path": "/srv/reports/2026/q4.csv",
+        "url": "https://docs.example.org/a/b?c=1",
+        "amount": 4200,
+        "subject": "Outage summary",
+        "body": "x" * 400,
+        "cc": ["b"],
+        "dry": True,
+        "a.b": 1,
+    }
+    items = {i["key"]: i for i in argument_choices(args)}
+    assert set(items) == {"to", "path", "url", "amount", "subject", "body", "cc", "dry"}
+    assert items["to"]["suggested"]["op"] == "endsWith"
+    assert items["to"]["suggested"]["value"] == "@acme.com"
+    assert items["path"]["suggested"]["value"] == "/srv/reports/2026/"
+    assert items["url"]["suggested"]["value"] == "https://docs.example.org/"
+    assert items["amount"]["suggested"] == {"op": "lte", "value": 4200, "label": "at most 4200"}
+    assert items["subject"]["suggested"] is None and items["subject"]["default"] == "exact"
+    assert items["body"]["default"] == "any"  # a long text is never "calls like this"
+    assert items["cc"]["default"] == "any" and items["dry"]["default"] == "exact"
+    conditions = conditions_from_choices(
+        args, {"to": "suggested", "amount": "exact", "path": "any"}
+    )
+    assert conditions == [
+        {"path": "to", "op": "endsWith", "value": "@acme.com"},
+        {"path": "url", "op": "startsWith", "value": "https://docs.example.org/"},
+        {"path": "amount", "op": "equals", "value": 4200},
+        {"path": "subject", "op": "equals", "value": "Outage summary"},
+        {"path": "dry", "op": "equals", "value": True},
     ]
-    assert suggested_conditions(["not", "an", "object"]) == []
+    # Every suggested condition is one the rules accept and that matches the call it came from.
+    for item in items.values():
+        if item["suggested"]:
+            cond = {
+                "path": item["key"],
+                "op": item["suggested"]["op"],
+                "value": item["suggested"]["value"],
+            }
+            assert conditions_validate([cond]) == [cond]
+    assert argument_choices(["not", "an", "object"]) == []

@@ -137,10 +137,14 @@ def test_always_approve_calls_like_this_prefills_the_editor_from_the_card(
     assert 'value="Always approve email.send from support-bot"' in html
     assert 'name="tool_pattern" value="email.send"' in html
     assert 'name="agent_pattern" value="support-bot"' in html
-    for path, value in (("to", "&quot;bob@acme.com&quot;"), ("cc", "[&quot;x&quot;]"), ("n", "2")):
-        assert f'name="cond_path" value="{path}"' in html
-        assert f'name="cond_value" value="{value}"' in html
+    # Per argument: this value, any, or a condition like it; by default the suggestion (the
+    # address's domain, at most this number), any for a list.
+    assert 'name="arg_to" value="suggested" checked' in html and "any address at acme.com" in html
+    assert 'name="arg_cc" value="any" checked' in html
+    assert 'name="arg_n" value="suggested" checked' in html and "at most 2" in html
+    assert 'name="cond_path" value="to"' not in html  # no exact copy of every argument
     assert "would have been approved by this rule" in html  # the preview, at once
+    assert "waiting now that you may decide" in html
     reviewer_card = signed_in(client, reviewer_a).get(f"/approvals/{approval.public_id}/")
     assert "Always approve calls like this" not in reviewer_card.content.decode()
 
@@ -270,3 +274,67 @@ def test_decision_analytics_stay_in_the_tenant(tenant_a, tenant_b, lead_a, revie
     _decide(theirs, status=ApprovalStatus.APPROVED, by=reviewer_b, after_seconds=5)
     stats = decision_stats(viewer=lead_a)
     assert stats["by_tool"] == [] and stats["by_reviewer"] == []
+
+
+def test_a_rule_from_a_card_generalises_and_decides_the_waiting_calls_in_one_step(
+    client, tenant_a, lead_a
+):
+    run = RunFactory(tenant=tenant_a, current_agent_id="support-bot")
+    source = ApprovalFactory(
+        run=run, tool_name="email.send", tool_call_id="c0", arguments={"to": "bob@acme.com", "n": 2}
+    )
+    like = [
+        ApprovalFactory(
+            run=RunFactory(tenant=tenant_a, current_agent_id="support-bot"),
+            tool_name="email.send",
+            arguments={"to": f"u{i}@acme.com", "n": 1},
+        )
+        for i in range(3)
+    ]
+    unlike = ApprovalFactory(
+        run=RunFactory(tenant=tenant_a, current_agent_id="support-bot"),
+        tool_name="email.send",
+        arguments={"to": "x@evil.com", "n": 1},
+    )
+    form = {
+        "from_approval": source.public_id,
+        "name": "acme mail",
+        "effect": "approve",
+        "tool_pattern": "email.send",
+        "agent_pattern": "support-bot",
+        "principal_pattern": "*",
+        "arg_to": "suggested",
+        "arg_n": "any",
+        "cond_path": [""],
+        "cond_op": ["equals"],
+        "cond_value": [""],
+    }
+    lead = signed_in(client, lead_a)
+    preview = lead.post("/rules/preview/", form, headers={"HX-Request": "true"}).content.decode()
+    assert "<strong>4</strong> calls waiting now" in preview  # the source and the 3 like it
+    exact = {**form, "arg_to": "exact"}
+    preview = lead.post("/rules/preview/", exact, headers={"HX-Request": "true"}).content.decode()
+    assert "<strong>1</strong> call waiting now" in preview
+    response = lead.post("/rules/new/", {**form, "decide_waiting": "on"})
+    assert response.status_code == 302
+    rule = Rule.objects.get(name="acme mail")
+    assert rule.conditions == [{"path": "to", "op": "endsWith", "value": "@acme.com"}]
+    assert response["Location"] == f"/rules/?saved={rule.public_id}&decided=4"
+    statuses = dict(Approval.objects.values_list("public_id", "status"))
+    assert {statuses[a.public_id] for a in [source, *like]} == {"approved"}
+    assert statuses[unlike.public_id] == "pending"
+    decided = Approval.objects.get(pk=like[0].pk)
+    assert decided.decided_by_id == lead_a.pk  # a person's decision, audited as such
+    page = lead.get(response["Location"]).content.decode()
+    assert "You decided 4 waiting calls with it." in page
+
+
+def test_no_rule_is_offered_or_made_from_an_over_budget_request(client, tenant_a, admin_a):
+    run = RunFactory(tenant=tenant_a)
+    override = ApprovalFactory(run=run, tool_name="budget.override", arguments={"budgetId": "b"})
+    admin = signed_in(client, admin_a)
+    card = admin.get(f"/approvals/{override.public_id}/").content.decode()
+    assert "Always approve calls like this" not in card
+    response = admin.get(f"/rules/new/?approval={override.public_id}")
+    assert response.status_code == 422
+    assert "rules never decide" in response.content.decode()

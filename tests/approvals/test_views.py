@@ -2,6 +2,7 @@
 
 import json
 import re
+from urllib.parse import unquote
 
 import pytest
 from django.utils import timezone
@@ -72,17 +73,17 @@ def test_inbox_shows_the_card_with_everything_a_reviewer_needs(as_reviewer, appr
     assert "data-expires-at" in html
 
 
-def test_inbox_is_oldest_first_grouped_by_run_and_step(as_reviewer, tenant_a):
+def test_inbox_is_one_row_a_call_oldest_first_across_runs(as_reviewer, tenant_a):
     run1, run2 = RunFactory(tenant=tenant_a), RunFactory(tenant=tenant_a)
     now = timezone.now()
     old = ApprovalFactory(run=run2, step=2, requested_at=now - timezone.timedelta(minutes=5))
     mid = ApprovalFactory(run=run1, step=1, requested_at=now - timezone.timedelta(minutes=3))
     new = ApprovalFactory(run=run2, step=2, requested_at=now - timezone.timedelta(minutes=1))
     html = as_reviewer.get("/approvals/").content.decode()
-    positions = [html.index(f"approval-{a.public_id}") for a in (old, new, mid)]
-    assert positions == sorted(positions)
-    assert html.count('class="approval-group"') == 2
-    assert "Approve all 2" in html  # the bulk form of run2's step 2
+    rows = re.findall(r'id="desk-row-(apr_[0-9a-f]+)"', html)
+    assert rows == [old.public_id, mid.public_id, new.public_id]
+    assert "3 to decide" in html
+    assert f'id="approval-{old.public_id}"' in html  # the oldest call's whole card, in the pane
 
 
 def test_inbox_filters_by_tool_agent_principal_and_run(as_reviewer, tenant_a):
@@ -260,9 +261,9 @@ def _queries(client, path) -> tuple[int, str]:
 def test_inbox_shows_the_oldest_page_of_calls_in_a_constant_number_of_queries(
     as_reviewer, tenant_a, monkeypatch
 ):
-    from approvals import selectors
+    from approvals import selectors_desk
 
-    monkeypatch.setattr(selectors, "INBOX_PAGE", 3)
+    monkeypatch.setattr(selectors_desk, "PAGE", 3)
     now = timezone.now()
 
     def hold(n):
@@ -271,12 +272,23 @@ def test_inbox_shows_the_oldest_page_of_calls_in_a_constant_number_of_queries(
 
     calls = [hold(n) for n in range(60, 57, -1)]  # three: the page is full, nothing beyond
     few, html = _queries(as_reviewer, "/approvals/")
-    assert [c.public_id for c in calls] == re.findall(r'id="approval-(apr_[0-9a-f]+)"', html)
-    assert "More calls wait" not in html
+    assert [c.public_id for c in calls] == re.findall(r'id="desk-row-(apr_[0-9a-f]+)"', html)
+    assert "Show older calls" not in html
     calls += [hold(n) for n in range(40, 0, -1)]  # forty more, newer
     many, html = _queries(as_reviewer, "/approvals/")
-    assert re.findall(r'id="approval-(apr_[0-9a-f]+)"', html) == [c.public_id for c in calls[:3]]
-    assert "More calls wait" in html
-    assert many <= few + 1  # the rest of the shown steps' calls: one query, whatever waits
-    assert 'name="run"' in html and '<select id="filter-run"' not in html  # typed: thousands
-    assert '<datalist id="filter-run-values">' in html
+    assert re.findall(r'id="desk-row-(apr_[0-9a-f]+)"', html) == [c.public_id for c in calls[:3]]
+    assert "Show older calls" in html and "43 to decide" in html
+    assert many == few
+    # The next pages, by the cursor the page links to: every call reachable, each once.
+    seen = re.findall(r'id="desk-row-(apr_[0-9a-f]+)"', html)
+    while (found := re.search(r'hx-get="/approvals/\?cursor=([^"&]+)', html)) is not None:
+        html = as_reviewer.get(
+            "/approvals/", {"cursor": unquote(found.group(1))}, HTTP_HX_REQUEST="true"
+        ).content.decode()
+        seen += re.findall(r'id="desk-row-(apr_[0-9a-f]+)"', html)
+    assert seen == [c.public_id for c in calls]
+
+
+def test_inbox_refuses_a_forged_cursor(as_reviewer):
+    response = as_reviewer.get("/approvals/", {"cursor": "not-ours"})
+    assert response.status_code == 422

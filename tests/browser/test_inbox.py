@@ -110,18 +110,20 @@ def test_deny_with_an_edited_message_the_runtime_reads_exactly_that(held, page):
 
 
 def test_keyboard_j_k_e_and_d(held, tenant_a, page):
-    approval = held["approval"]
+    """The desk's keys reach the runtime: E edits the message (typing there triggers nothing),
+    Esc leaves it, D denies with what was typed."""
     sign_in(page, "reviewer@a.example", "reviewer-pass-123", next_path="/approvals/")
+    row = page.locator(f"#desk-row-{held['approval'].public_id}")
     page.keyboard.press("j")
-    assert page.evaluate("document.activeElement.id") == f"approval-{approval.public_id}"
+    assert page.evaluate("document.activeElement.id") == f"desk-row-{held['approval'].public_id}"
     page.keyboard.press("e")
     assert page.evaluate("document.activeElement.name") == "message"
     page.keyboard.press("Control+End")
     page.keyboard.type(" Typing here does not trigger shortcuts: a d j k.")
-    card(page, approval).focus()
-    with page.expect_response(lambda r: "/decision/" in r.url):
+    page.keyboard.press("Escape")
+    with page.expect_response(lambda r: r.url.endswith("/api/v1/approvals/decisions")):
         page.keyboard.press("d")
-    card(page, approval).locator(".decided-status").wait_for()
+    row.wait_for(state="detached")
     decision = read_decisions(page, held["ingest"])["decisions"][0]
     assert decision["decision"] == "denied"
     assert decision["message"].endswith("Typing here does not trigger shortcuts: a d j k.")

@@ -80,14 +80,14 @@ def test_always_approve_calls_like_this_then_the_next_identical_call_is_approved
     page.wait_for_url("**/rules/new/?approval=*")
     assert page.get_by_label("Tool", exact=True).input_value() == "email.send"
     assert page.get_by_label("Agent", exact=True).input_value() == "support-bot"
-    assert page.get_by_label("Condition 1 path").input_value() == "to"
-    assert page.get_by_label("Condition 1 value").input_value() == '"bob@acme.com"'
-    assert page.get_by_label("Condition 2 path").input_value() == "subject"
+    # Per argument: the address's domain is suggested, the short subject kept exactly.
+    assert page.locator("input[name='arg_to'][value='suggested']").is_checked()
+    assert page.locator("input[name='arg_subject'][value='exact']").is_checked()
+    page.locator("input[name='arg_to'][value='exact']").check()
     preview = page.locator("#rule-preview .preview-count")
-    assert preview.inner_text().startswith("1 of the 13 calls")  # the first call itself
-    # the preview follows the edits: drop the subject, and every past mail to bob matches
-    page.get_by_label("Condition 2 path").fill("")
-    page.get_by_label("Condition 2 value").fill("")
+    preview.filter(has_text="1 of the 13 calls").wait_for()  # the first call itself
+    # the preview follows the choices: any subject, and every past mail to bob matches
+    page.locator("input[name='arg_subject'][value='any']").check()
     page.locator("#rule-preview .preview-count", has_text="13 of the 13").wait_for()
     keep(shot(page, "rules-editor"), "editor")
     page.get_by_role("button", name="Save rule").click()

@@ -155,8 +155,15 @@ def test_run_costs_of_many_runs_equal_each_run_read_alone(world, tenant_a):
 def test_inbox_cards_show_each_budgets_remaining_money(world, reviewer_a):
     browser = Client()
     browser.force_login(reviewer_a.user)
-    html = browser.get("/approvals/").content.decode()
-    assert Approval.objects.filter(status="pending").count() == 3
+    pending = list(Approval.objects.filter(status="pending").values_list("public_id", flat=True))
+    assert len(pending) == 3
+    desk = browser.get("/approvals/").content.decode()
+    assert all(f'id="desk-row-{p}"' in desk for p in pending)
+    # Each call's whole card (the desk's pane) shows the money left in each of its budgets.
+    html = "".join(
+        browser.get(f"/approvals/{p}/", headers={"HX-Request": "true"}).content.decode()
+        for p in pending
+    )
     for name, spent in EXPECTED.items():
         assert money(CEILING - spent, "USD") in html, name
 

@@ -158,7 +158,7 @@ def test_static_files_are_served_with_debug_off_without_collectstatic(client, se
 def test_nav_pending_count_partial_renders_alone(reviewer_a):
     from django.template.loader import render_to_string
 
-    from approvals.selectors import nav_pending_count_context
+    from approvals.selectors_desk import nav_pending_count_context
     from tests.factories import ApprovalFactory
 
     ApprovalFactory(run=RunFactory(tenant=reviewer_a.tenant))

@@ -1,0 +1,56 @@
+"""Live pushes of the desk (/approvals/): new calls appended as rows, calls decided elsewhere
+(or expired, or cancelled) leaving the list, the card in the pane re-rendered, and the count.
+
+Every function re-reads the database through approvals.selectors_desk and renders the desk's own
+partials (`approvals/desk_row.html`, `approvals/desk.html#desk-count`); the client (live.js)
+drops what targets nothing on its page."""
+
+from __future__ import annotations
+
+import time
+
+from approvals import live, selectors_desk
+from approvals.models import Approval, ApprovalStatus
+from console.web.sockets import delete, oob, wrap
+
+
+def count_html(*, viewer, filters: dict) -> str:
+    """The heading's count, stamped with when its read began (microseconds): frames of
+    different events render concurrently and may arrive out of order; the client keeps the
+    newest (desk.js)."""
+    at = time.time_ns() // 1000
+    page = {**selectors_desk.desk_list_count(viewer=viewer, filters=filters), "at": at}
+    return oob("approvals/desk.html#desk-count", {"page": page, "oob": True})
+
+
+def requested_html(*, viewer, approval_ids, filters: dict) -> str:
+    """New calls this viewer's list holds (with its filters), appended at its end unless more
+    pages wait (oldest first: a new call belongs to the last page, which the list loads when
+    its reviewer comes near) or the row is there already."""
+    html = [
+        wrap(
+            target="#desk-rows",
+            inner=oob("approvals/desk_row.html", {"row": row}),
+            unless=f"#desk-more, #{row['dom_id']}",
+        )
+        for row in selectors_desk.desk_row_for(
+            viewer=viewer, approval_ids=approval_ids, filters=filters
+        )
+    ]
+    if html:
+        html.append(delete("#desk-list > .desk-empty"))
+    return "".join(html) + count_html(viewer=viewer, filters=filters)
+
+
+def changed_html(*, viewer, approval_ids, filters: dict) -> str:
+    """Calls that changed: those no longer pending leave the list; the card in the pane shows
+    what happened (who decided)."""
+    ids = list(approval_ids)
+    gone = (
+        Approval.objects.filter(tenant_id=viewer.tenant_id, public_id__in=ids)
+        .exclude(status=ApprovalStatus.PENDING)
+        .values_list("public_id", flat=True)
+    )
+    html = [delete(f"#desk-row-{public_id}") for public_id in gone]
+    html.append(live.cards_html(viewer=viewer, approval_ids=ids))
+    return "".join(html) + count_html(viewer=viewer, filters=filters)

@@ -1,0 +1,336 @@
+"""The desk's one selector (`decidable_pending`: the list, the nav count and bulk agree with
+`access.decidable`), its keyset pages and views, and the bulk decision endpoint (each decision
+exactly once, refusals per call, tenant isolation, CSRF)."""
+
+import json
+import threading
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.utils import timezone
+
+from approvals import access, selectors_desk
+from approvals.models import Approval, ApprovalStatus
+from budgets.models import Budget, BudgetOverride
+from console.models import Role
+from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory, make_key
+
+pytestmark = pytest.mark.django_db
+
+BULK = "/api/v1/approvals/decisions"
+
+
+def _override(tenant, run, *, leads=()):
+    budget = Budget.objects.create(
+        tenant=tenant,
+        name=f"b-{run.external_id}",
+        scope_type="tenant",
+        period="day",
+        ceiling_minor_units=100,
+    )
+    budget.leads.set(leads)
+    approval = ApprovalFactory(run=run, tool_name="budget.override", tool_call_id=f"o-{run.pk}")
+    BudgetOverride.objects.create(
+        approval=approval, budget=budget, run=run, estimated_cost_minor_units=5
+    )
+    return approval
+
+
+@pytest.fixture
+def mix(tenant_a, reviewer_a, lead_a, admin_a):
+    """Pending calls of every kind a desk must sort out: tools, own runs, overrides (led by the
+    lead, by no one), a mirror, an expired one, a decided one."""
+    mail_reviewer = Role.objects.create(
+        tenant=tenant_a,
+        name="mail-only",
+        capabilities=["view_runs", "decide"],
+        decide_tools=["send_*"],
+    )
+    erin = PrincipalFactory(tenant=tenant_a, external_id="erin@a.example", password="erin-pass-123")
+    erin.roles.set([mail_reviewer])
+    now = timezone.now()
+    calls = []
+    for i, tool in enumerate(["send_email", "drop_table", "send_sms", "refund"]):
+        run = RunFactory(tenant=tenant_a, external_id=f"run_mix_{i}")
+        calls.append(
+            ApprovalFactory(
+                run=run, tool_name=tool, requested_at=now - timezone.timedelta(minutes=10 - i)
+            )
+        )
+    own = RunFactory(tenant=tenant_a, external_id="run_reviewer_own", principal=reviewer_a)
+    calls.append(ApprovalFactory(run=own, tool_name="send_email"))
+    lead_own = RunFactory(tenant=tenant_a, external_id="run_lead_own", principal=lead_a)
+    calls.append(ApprovalFactory(run=lead_own, tool_name="refund"))
+    calls.append(
+        _override(tenant_a, RunFactory(tenant=tenant_a, external_id="run_o1"), leads=[lead_a])
+    )
+    calls.append(_override(tenant_a, RunFactory(tenant=tenant_a, external_id="run_o2")))
+    calls.append(_override(tenant_a, lead_own, leads=[lead_a]))  # lead's own run: never the lead
+    calls.append(ApprovalFactory(run=RunFactory(tenant=tenant_a), tool_name="budget.override"))
+    parent = ApprovalFactory(run=RunFactory(tenant=tenant_a), tool_name="send_email")
+    ApprovalFactory(run=RunFactory(tenant=tenant_a), tool_name="send_email", mirror_of=parent)
+    calls.append(parent)
+    ApprovalFactory(
+        run=RunFactory(tenant=tenant_a),
+        tool_name="send_email",
+        expires_at=now - timezone.timedelta(seconds=1),
+    )
+    ApprovalFactory(
+        run=RunFactory(tenant=tenant_a), tool_name="send_email", status=ApprovalStatus.APPROVED
+    )
+    return {"erin": erin, "calls": calls}
+
+
+def _by_python(viewer, tenant):
+    """What `access.decidable` picks among every open pending call (the reference)."""
+    pending = Approval.objects.filter(
+        tenant=tenant, status="pending", mirror_of__isnull=True, expires_at__gt=timezone.now()
+    ).select_related("run", "run__tenant", "budget_override__budget")
+    return {a.public_id for a in access.decidable(viewer, list(pending))}
+
+
+def test_decidable_pending_is_exactly_what_each_persona_may_decide(
+    mix, tenant_a, reviewer_a, lead_a, admin_a, viewer_a
+):
+    for viewer in (reviewer_a, lead_a, admin_a, viewer_a, mix["erin"]):
+        found = set(
+            selectors_desk.decidable_pending(viewer=viewer).values_list("public_id", flat=True)
+        )
+        assert found == _by_python(viewer, tenant_a), viewer.external_id
+        assert selectors_desk.desk_count(viewer=viewer) == len(found)
+        assert selectors_desk.nav_pending_count_context(viewer=viewer)["nav_pending_count"] == len(
+            found
+        )
+    # The shapes of the answer, spelt out: the reviewer never its own run nor an override,
+    # the lead its budget's override but not its own run's, erin only send_* tools.
+    reviewer = set(
+        selectors_desk.decidable_pending(viewer=reviewer_a).values_list("tool_name", flat=True)
+    )
+    assert "budget.override" not in reviewer
+    lead = selectors_desk.decidable_pending(viewer=lead_a)
+    assert lead.filter(run__external_id="run_o1").exists()
+    assert not lead.filter(run__external_id="run_lead_own").exists()
+    erin = set(
+        selectors_desk.decidable_pending(viewer=mix["erin"]).values_list("tool_name", flat=True)
+    )
+    assert erin == {"send_email", "send_sms"}
+    assert selectors_desk.desk_count(viewer=viewer_a) == 0
+
+
+def test_the_desk_lists_what_the_viewer_may_decide_and_says_so(client, mix, lead_a):
+    client.force_login(lead_a.user)
+    html = client.get("/approvals/").content.decode()
+    count = selectors_desk.desk_count(viewer=lead_a)
+    assert f"{count} to decide" in html
+    assert html.count('class="desk-row"') == count
+    nav = '<span id="nav-pending-count" class="tag is-rounded is-warning" title="pending calls">'
+    assert f"{nav}{count}<" in html
+
+
+def test_a_call_of_a_run_for_no_one_is_listed(client, tenant_a, reviewer_a):
+    call = ApprovalFactory(run=RunFactory(tenant=tenant_a, principal=None))
+    client.force_login(reviewer_a.user)
+    html = client.get("/approvals/").content.decode()
+    assert f'id="desk-row-{call.public_id}"' in html and "for no one" in html
+
+
+def test_a_viewer_sees_pending_calls_read_only(client, mix, viewer_a):
+    client.force_login(viewer_a.user)
+    html = client.get("/approvals/").content.decode()
+    assert "read-only" in html and 'class="desk-check"' not in html
+    assert 'data-decides="0"' in html
+
+
+def test_views_filter_the_list(client, tenant_a, reviewer_a):
+    now = timezone.now()
+    old = ApprovalFactory(
+        run=RunFactory(tenant=tenant_a), requested_at=now - timezone.timedelta(minutes=14)
+    )
+    fresh = ApprovalFactory(run=RunFactory(tenant=tenant_a))
+    pricey = ApprovalFactory(
+        run=RunFactory(tenant=tenant_a, cost_minor_units=600, limits={"costCeilingMinorUnits": 500})
+    )
+    filters = {"view": "overdue"}  # no reminder set: half the 15-minute time to live
+    ids = set(
+        selectors_desk.decidable_pending(viewer=reviewer_a, filters=filters).values_list(
+            "public_id", flat=True
+        )
+    )
+    assert ids == {old.public_id}
+    filters = {"view": "over_budget"}
+    ids = set(
+        selectors_desk.decidable_pending(viewer=reviewer_a, filters=filters).values_list(
+            "public_id", flat=True
+        )
+    )
+    assert ids == {pricey.public_id}
+    # "My tools": the tools this reviewer decided lately.
+    assert not selectors_desk.decidable_pending(
+        viewer=reviewer_a, filters={"view": "mine"}
+    ).exists()
+    ApprovalFactory(
+        run=RunFactory(tenant=tenant_a),
+        tool_name=fresh.tool_name,
+        status="approved",
+        decided_by=reviewer_a,
+        decided_at=now,
+    )
+    assert (
+        selectors_desk.decidable_pending(viewer=reviewer_a, filters={"view": "mine"}).count() == 3
+    )
+    client.force_login(reviewer_a.user)
+    html = client.get("/approvals/", {"view": "over_budget"}).content.decode()
+    assert pricey.public_id in html and fresh.public_id not in html and "1 to decide" in html
+
+
+# ---- bulk ----------------------------------------------------------------------------------
+
+
+def _post(client, body, **headers):
+    return client.post(BULK, json.dumps(body), content_type="application/json", headers=headers)
+
+
+def test_bulk_decides_each_call_once_and_reports_refusals_per_call(
+    client, tenant_a, tenant_b, reviewer_a, mix
+):
+    key = make_key(tenant_a, scopes=("decide",), principal=reviewer_a)
+    auth = {"Authorization": f"Bearer {key}"}
+    calls = mix["calls"]
+    mine = calls[0]  # send_email, decidable
+    own = calls[4]  # the reviewer's own run
+    override = calls[6]  # a lead's override
+    done = ApprovalFactory(run=RunFactory(tenant=tenant_a), tool_name="send_email")
+    ApprovalFactory._meta.model.objects.filter(pk=done.pk).update(status="denied")
+    foreign = ApprovalFactory(run=RunFactory(tenant=tenant_b))
+    ids = [
+        mine.public_id,
+        own.public_id,
+        override.public_id,
+        done.public_id,
+        foreign.public_id,
+        "apr_nope",
+        mine.public_id,
+    ]
+    response = _post(client, {"decision": "deny", "approvalIds": ids, "message": "not now"}, **auth)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    results = {r["approvalId"]: r for r in body["results"]}
+    assert [r["approvalId"] for r in body["results"]] == ids[:-1]  # a repeated id once
+    assert results[mine.public_id]["status"] == 200
+    assert results[mine.public_id]["approval"]["status"] == "denied"
+    assert results[mine.public_id]["approval"]["message"] == "not now"
+    assert results[own.public_id]["status"] == 403
+    assert results[own.public_id]["error"]["code"] == "may_not_decide"
+    assert results[override.public_id]["status"] == 403
+    assert results[done.public_id]["status"] == 409
+    assert results[done.public_id]["error"]["details"]["status"] == "denied"
+    for other in (foreign.public_id, "apr_nope"):  # another tenant's: exactly like none
+        assert results[other]["status"] == 404
+        assert results[other]["error"]["code"] == "approval_not_found"
+    assert (body["decided"], body["refused"]) == (1, 5)
+    foreign.refresh_from_db(), own.refresh_from_db()
+    assert foreign.status == own.status == "pending"
+    # Again: the decided one is a 409 now, nothing decided twice.
+    again = _post(client, {"decision": "approve", "approvalIds": [mine.public_id]}, **auth).json()
+    assert again["results"][0]["status"] == 409 and again["decided"] == 0
+    mine.refresh_from_db()
+    assert mine.status == "denied"
+
+
+def test_bulk_refuses_a_bad_body_whole_and_changes_nothing(client, tenant_a, reviewer_a):
+    key = make_key(tenant_a, scopes=("decide",), principal=reviewer_a)
+    auth = {"Authorization": f"Bearer {key}"}
+    call = ApprovalFactory(run=RunFactory(tenant=tenant_a))
+    for body in (
+        {"decision": "maybe", "approvalIds": [call.public_id]},
+        {"decision": "approve", "approvalIds": []},
+        {"decision": "approve", "approvalIds": [call.public_id] * 201},
+        {"decision": "approve", "approvalIds": [call.public_id], "extra": 1},
+    ):
+        response = _post(client, body, **auth)
+        assert response.status_code == 422, body
+    call.refresh_from_db()
+    assert call.status == "pending"
+    ingest = make_key(tenant_a, scopes=("ingest",))
+    response = _post(
+        client,
+        {"decision": "approve", "approvalIds": [call.public_id]},
+        Authorization=f"Bearer {ingest}",
+    )
+    assert response.status_code == 403
+    assert (
+        _post(client, {"decision": "approve", "approvalIds": [call.public_id]}).status_code == 401
+    )
+
+
+def test_bulk_from_a_browser_needs_the_csrf_token(tenant_a, reviewer_a):
+    call = ApprovalFactory(run=RunFactory(tenant=tenant_a))
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(reviewer_a.user)
+    body = {"decision": "approve", "approvalIds": [call.public_id]}
+    assert _post(browser, body).status_code == 403
+    call.refresh_from_db()
+    assert call.status == "pending"
+    browser.get("/approvals/")  # sets the CSRF cookie
+    token = browser.cookies["csrftoken"].value
+    response = _post(browser, body, **{"X-CSRFToken": token})
+    assert response.status_code == 200 and response.json()["decided"] == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_bulk_requests_racing_decide_each_call_once(tenant_a, reviewer_a, admin_a):
+    calls = [ApprovalFactory(run=RunFactory(tenant=tenant_a)) for _ in range(6)]
+    ids = [c.public_id for c in calls]
+    keys = [make_key(tenant_a, scopes=("decide",), principal=p) for p in (reviewer_a, admin_a)]
+    answers = []
+
+    def go(key, decision):
+        try:
+            body = {"decision": decision, "approvalIds": ids}
+            answers.append(_post(Client(), body, Authorization=f"Bearer {key}").json())
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=go, args=(k, d))
+        for k, d in zip(keys, ("approve", "deny"), strict=True)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(a["decided"] for a in answers) == 6
+    won = [r for a in answers for r in a["results"] if r["status"] == 200]
+    assert sorted(r["approvalId"] for r in won) == sorted(ids)
+    assert Approval.objects.filter(public_id__in=ids, status="pending").count() == 0
+
+
+# ---- live ----------------------------------------------------------------------------------
+
+
+def test_live_rows_arrive_for_those_who_may_decide_them_and_leave_when_decided(
+    tenant_a, reviewer_a, admin_a
+):
+    from approvals import live_desk
+    from approvals.services.decisions import approval_decide
+
+    call = ApprovalFactory(run=RunFactory(tenant=tenant_a), tool_name="send_email")
+    own = ApprovalFactory(run=RunFactory(tenant=tenant_a, principal=reviewer_a))
+    html = live_desk.requested_html(viewer=reviewer_a, approval_ids=[call.public_id], filters={})
+    assert f'id="desk-row-{call.public_id}"' in html
+    assert 'hx-swap-oob="beforeend:#desk-rows"' in html
+    assert f'data-live-unless="#desk-more, #desk-row-{call.public_id}"' in html
+    assert 'id="desk-count"' in html and "2 to decide" not in html and "1 to decide" in html
+    mine = live_desk.requested_html(viewer=reviewer_a, approval_ids=[own.public_id], filters={})
+    assert "desk-row-" not in mine  # the reviewer's own run: never listed, never counted
+    filtered = live_desk.requested_html(
+        viewer=reviewer_a, approval_ids=[call.public_id], filters={"tool": "other"}
+    )
+    assert "desk-row-" not in filtered and "0 to decide" in filtered
+    approval_decide(approval=call, viewer=admin_a, decision="approve")
+    gone = live_desk.changed_html(viewer=reviewer_a, approval_ids=[call.public_id], filters={})
+    assert f'hx-swap-oob="delete:#desk-row-{call.public_id}"' in gone
+    assert f'id="approval-{call.public_id}"' in gone and "Approved" in gone  # the pane's card
+    assert "0 to decide" in gone
