@@ -1,5 +1,6 @@
 """deploy/haproxy.cfg with Debian's haproxy in front of two daphnes started by
-deploy/scripts/web.sh (PostgreSQL and Redis shared): the API and a WebSocket upgrade through
+deploy/scripts/web.sh and a worker by deploy/scripts/worker.sh (PostgreSQL and Redis shared;
+HAProxy probes /readyz): the API and a WebSocket upgrade through
 the balancer, then deploy/scripts/rolling-restart.sh restarts both servers, one after the
 other, under a runtime's steady ingest and a decider: no event and no decision is lost, and
 the clients see no 5xx. Skipped with the reason where haproxy, socat, PostgreSQL or Redis is
@@ -237,18 +238,19 @@ def test_two_daphnes_behind_haproxy_restart_one_by_one_without_loss_or_5xx(
     if os.getuid() == 0:
         env["GAVEL_ALLOW_ROOT"] = "1"  # this machine runs its tests as root; deployments do not
     webs = [Web("web1", env, tmp_path), Web("web2", env, tmp_path)]
+    worker_log = (tmp_path / "worker.log").open("wb")
+    worker = subprocess.Popen(  # noqa: S603 - the worker's heartbeat is part of /readyz
+        [str(SCRIPTS / "worker.sh")], env=env, stdout=worker_log, stderr=subprocess.STDOUT
+    )
     lb = None
     try:
         for web in webs:
             web.start()
-        for web in webs:
-            _wait(f"http://{web.address}/static/favicon.svg")
-        # /readyz once the server has it (issue 27, the ops-run branch); until then a static
-        # file, which proves only that the process serves.
-        ready = httpx.get(f"http://{webs[0].address}/readyz", timeout=60).status_code == 200
+        for web in webs:  # ready: database, migrations, Redis, the worker's heartbeat, warm
+            _wait(f"http://{web.address}/readyz")
         for web in webs:  # warm: a cold server's first API request is slow (OPS_AUDIT §2.4)
             httpx.get(f"http://{web.address}/api/v1/runs", timeout=60)
-        check_path = "/readyz" if ready else "/static/favicon.svg"
+        check_path = "/readyz"  # HAProxy's probe: a draining or cold server fails it
         env.update(
             GAVEL_LB_BIND=f"127.0.0.1:{lb_port}",
             GAVEL_WEB1=webs[0].address,
@@ -309,6 +311,8 @@ def test_two_daphnes_behind_haproxy_restart_one_by_one_without_loss_or_5xx(
             lb.wait(10)
         for web in webs:
             web.stop()
+        worker.terminate()  # SIGTERM: the worker finishes what it holds and exits 0
+        assert worker.wait(30) == 0
     server_errors = [s for s in traffic.statuses if s >= 500]
     assert not server_errors, f"the clients saw {server_errors}"
     assert not traffic.failures, traffic.failures
