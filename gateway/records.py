@@ -168,7 +168,10 @@ def call_begin(*, session: McpSession, tool: str, arguments, gated: bool) -> Beg
             }
         )
     run_events_apply(
-        tenant_id=session.tenant_id, run_id=run.external_id, events=s.EVENTS.validate_python(events)
+        tenant_id=session.tenant_id,
+        run_id=run.external_id,
+        events=s.EVENTS.validate_python(events),
+        locked=run,
     )
     approval = (
         Approval.objects.filter(run=run, tool_call_id=tool_call_id).first() if gated else None
@@ -259,6 +262,7 @@ def call_finish(*, call: McpCall, result: dict, key, forwarded: bool) -> bool:
             tenant_id=session.tenant_id,
             run_id=run.external_id,
             events=s.EVENTS.validate_python(events),
+            locked=run,
         )
     approval = call.approval
     audit(
