@@ -89,8 +89,39 @@ def session_find(*, server: McpServer, key, public_id: str) -> McpSession | None
     )
 
 
+@transaction.atomic
 def session_close(*, session: McpSession) -> None:
-    McpSession.objects.filter(pk=session.pk, closed_at=None).update(closed_at=timezone.now())
+    """The client ended the session (HTTP DELETE): it is closed and its run finished
+    (`run.finished`, status done, through runs' ingest like any runtime's end of run), unless
+    one of its calls still waits for a decision (finishing would cancel it, and a client that
+    restarts calls again from a new session to attach to it)."""
+    closed = McpSession.objects.filter(pk=session.pk, closed_at=None).update(
+        closed_at=timezone.now()
+    )
+    if not closed:
+        return
+    waiting = McpCall.objects.filter(
+        session=session, state=CallState.HELD, approval__status=ApprovalStatus.PENDING
+    )
+    if waiting.exists():  # finishing would cancel them: a client that restarts re-attaches
+        return
+    run = access.run_in_tenant(
+        tenant_id=session.tenant_id, run_id=session.run.external_id, for_update=True
+    )
+    if run.is_finished:
+        return
+    finished = {
+        "type": "run.finished",
+        "seq": run.last_seq + 1,
+        "status": "done",
+        "finishReason": "mcp_session_deleted",
+    }
+    run_events_apply(
+        tenant_id=session.tenant_id,
+        run_id=run.external_id,
+        events=s.EVENTS.validate_python([finished]),
+        locked=run,
+    )
 
 
 @dataclass

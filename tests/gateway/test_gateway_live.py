@@ -416,3 +416,17 @@ async def test_sigterm_answers_a_waiting_call_with_call_again_at_once(console, t
         result.is_error is False
         and text_of(result) == "wrote 4 bytes to /srv/" + asked["path"].rsplit("/", 1)[1]
     )
+
+
+async def test_deleting_the_session_finishes_its_run(console):
+    run_id = f"mcp-delete-{uuid.uuid4().hex[:8]}"
+    headers = {"X-Gavel-Run-Id": run_id}
+    async with mcp_client(mcp_url(console, "files"), console.keys["mcp"], headers=headers) as s:
+        assert (await s.list_tools()).tools
+        with console.api("ingest") as api:
+            assert api.get(f"/api/v1/runs/{run_id}").json()["status"] != "done"
+    # the client left its context: it sent DELETE with its Mcp-Session-Id
+    with console.api("ingest") as api:
+        run = api.get(f"/api/v1/runs/{run_id}")
+    assert run.status_code == 200, run.text
+    assert run.json()["status"] == "done"
