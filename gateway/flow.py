@@ -17,6 +17,7 @@ import asyncio
 import logging
 import random
 from dataclasses import dataclass
+from typing import ClassVar
 
 from django.conf import settings
 from mcp_types import CallToolResult, TextContent
@@ -34,9 +35,22 @@ FINISH_WAIT_SECONDS = 0.25  # how often an attached caller re-reads a result ano
 
 @dataclass
 class Waiting:
-    """How many calls this process holds (their timer re-reads share one budget)."""
+    """How many calls this process holds (their timer re-reads share one budget); their
+    wake-ups, so that a server stopping (SIGTERM) answers them at once."""
 
     held = 0
+    stopping: ClassVar[bool] = False
+    waiters: ClassVar[set] = set()
+
+
+def stop_waiting() -> None:
+    """The server stops: every held call answers now with the bounded hold's "call again with
+    the same arguments" (its approval stays; the call again attaches on any server), and so
+    does any call held from now on."""
+    Waiting.stopping = True
+    for waiter in list(Waiting.waiters):
+        if waiter.event is not None:
+            waiter.event.set()
 
 
 def _text_result(text: str) -> dict:
@@ -95,9 +109,11 @@ async def _await_decision(*, call, key, server, tool, progress, fresh) -> CallTo
     next_progress = started + every
     ticks = 0
     group = realtime.run_group(call.tenant_id, call.session.run.external_id)
+    waiter = realtime.wait_for(group)
     Waiting.held += 1
+    Waiting.waiters.add(waiter)
     try:
-        async with realtime.wait_for(group) as woken:
+        async with waiter as woken:
             while True:
                 if not fresh:
                     call = await released(records.call_look)(call=call)
@@ -124,7 +140,7 @@ async def _await_decision(*, call, key, server, tool, progress, fresh) -> CallTo
                     fresh = await released(records.call_result)(call=call)
                     return _as_result(fresh.result or body)
                 now = loop.time()
-                if now >= deadline:
+                if now >= deadline or Waiting.stopping:
                     return _as_result(
                         _text_result(
                             held_text(
@@ -150,6 +166,7 @@ async def _await_decision(*, call, key, server, tool, progress, fresh) -> CallTo
                 await woken.wait(max(0.0, timeout))
     finally:
         Waiting.held -= 1
+        Waiting.waiters.discard(waiter)
 
 
 def _wall() -> float:

@@ -89,8 +89,39 @@ def session_find(*, server: McpServer, key, public_id: str) -> McpSession | None
     )
 
 
+@transaction.atomic
 def session_close(*, session: McpSession) -> None:
-    McpSession.objects.filter(pk=session.pk, closed_at=None).update(closed_at=timezone.now())
+    """The client ended the session (HTTP DELETE): it is closed and its run finished
+    (`run.finished`, status done, through runs' ingest like any runtime's end of run), unless
+    one of its calls still waits for a decision (finishing would cancel it, and a client that
+    restarts calls again from a new session to attach to it)."""
+    closed = McpSession.objects.filter(pk=session.pk, closed_at=None).update(
+        closed_at=timezone.now()
+    )
+    if not closed:
+        return
+    waiting = McpCall.objects.filter(
+        session=session, state=CallState.HELD, approval__status=ApprovalStatus.PENDING
+    )
+    if waiting.exists():  # finishing would cancel them: a client that restarts re-attaches
+        return
+    run = access.run_in_tenant(
+        tenant_id=session.tenant_id, run_id=session.run.external_id, for_update=True
+    )
+    if run.is_finished:
+        return
+    finished = {
+        "type": "run.finished",
+        "seq": run.last_seq + 1,
+        "status": "done",
+        "finishReason": "mcp_session_deleted",
+    }
+    run_events_apply(
+        tenant_id=session.tenant_id,
+        run_id=run.external_id,
+        events=s.EVENTS.validate_python([finished]),
+        locked=run,
+    )
 
 
 @dataclass
@@ -168,7 +199,10 @@ def call_begin(*, session: McpSession, tool: str, arguments, gated: bool) -> Beg
             }
         )
     run_events_apply(
-        tenant_id=session.tenant_id, run_id=run.external_id, events=s.EVENTS.validate_python(events)
+        tenant_id=session.tenant_id,
+        run_id=run.external_id,
+        events=s.EVENTS.validate_python(events),
+        locked=run,
     )
     approval = (
         Approval.objects.filter(run=run, tool_call_id=tool_call_id).first() if gated else None
@@ -259,6 +293,7 @@ def call_finish(*, call: McpCall, result: dict, key, forwarded: bool) -> bool:
             tenant_id=session.tenant_id,
             run_id=run.external_id,
             events=s.EVENTS.validate_python(events),
+            locked=run,
         )
     approval = call.approval
     audit(

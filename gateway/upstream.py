@@ -5,7 +5,9 @@ is started again on the next call; its stderr goes to the server's log).
 
 Outbound rules (console/core/outbound.py's, reused): the URL's policy (`url_refusal`), every
 address the host resolves to checked (`resolve`, `address_allowed`; loopback only with the
-development flag GAVEL_MCP_ALLOW_HTTP or GAVEL_OUTBOUND_ALLOW_LOOPBACK), no redirects, no
+development flag GAVEL_MCP_ALLOW_HTTP or GAVEL_OUTBOUND_ALLOW_LOOPBACK) when the upstream is
+opened and again at every connection, which goes to a checked address, never to the name
+(gateway/network.py: no DNS-rebinding window), no redirects, no
 proxies from the environment, each request within GAVEL_MCP_UPSTREAM_DEADLINE_SECONDS, and
 each streamed event within GAVEL_OUTBOUND_MAX_RESPONSE_BYTES."""
 
@@ -27,6 +29,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from console.core import outbound
+from gateway import network
 from gateway.models import McpServer, Transport
 from gateway.services import headers_of
 
@@ -94,6 +97,7 @@ class Upstream:
         self._stop = asyncio.Event()
         self._error: BaseException | None = None
         self._task: asyncio.Task | None = None
+        self._backend: network.PinnedBackend | None = None
         self.tools: dict | None = None
         self.tools_at = 0.0
 
@@ -111,6 +115,8 @@ class Upstream:
             self.close()
             raise UpstreamError(outbound.TIMED_OUT) from None
         if self._session is None:
+            if self._backend is not None and self._backend.refused:
+                raise UpstreamError(outbound.REFUSED)
             raise UpstreamError(_error_text(self._error))
         return self._session
 
@@ -125,12 +131,14 @@ class Upstream:
                 else:
                     await sync_to_async(_check_destination)(self.spec.url)
                     deadline = settings.GAVEL_MCP_UPSTREAM_DEADLINE_SECONDS
+                    self._backend = network.PinnedBackend(allow_loopback=_loopback())
                     client = await stack.enter_async_context(
                         httpx2.AsyncClient(
                             headers=self._headers,
                             timeout=httpx2.Timeout(deadline),
                             follow_redirects=False,
                             trust_env=False,
+                            transport=network.transport(self._backend),
                         )
                     )
                     streams = await stack.enter_async_context(

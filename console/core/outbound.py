@@ -146,6 +146,28 @@ class NotResolved(Exception):
 _resolver = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gavel-resolve")
 
 
+def checked_addresses(host: str, port: int, *, allow_loopback: bool, timeout: float) -> list[str]:
+    """The addresses a connection to `host` may be made to: resolved once (within `timeout`),
+    every one allowed, else Refused / NotResolved / Expired. The caller connects to one of
+    these, never to the name (the MCP gateway's upstream client does the same)."""
+    number = _numeric_host(host)
+    if number is not None:
+        addresses = [str(number)]
+    else:
+        future = _resolver.submit(resolve, host, port)
+        try:
+            addresses = future.result(timeout=timeout)
+        except FutureTimeout:
+            raise Expired from None
+        except (OSError, UnicodeError):
+            raise NotResolved from None
+    if not addresses:
+        raise NotResolved
+    if not all(address_allowed(a, allow_loopback=allow_loopback) for a in addresses):
+        raise Refused
+    return addresses
+
+
 class _Guard(httpcore.NetworkBackend):
     """One request's network: its deadline, its byte budget, its address policy. It resolves
     and checks the host itself and connects to a checked address."""
@@ -185,23 +207,13 @@ class _Guard(httpcore.NetworkBackend):
             self._watched.clear()
 
     def _addresses(self, host: str, port: int) -> list[str]:
-        number = _numeric_host(host)
-        if number is not None:
-            addresses = [str(number)]
-        else:
-            future = _resolver.submit(resolve, host, port)
-            try:
-                addresses = future.result(timeout=self.left())
-            except FutureTimeout:
-                self.expired = True
-                raise Expired from None
-            except (OSError, UnicodeError):
-                raise NotResolved from None
-        if not addresses:
-            raise NotResolved
-        if not all(address_allowed(a, allow_loopback=self.allow_loopback) for a in addresses):
-            raise Refused
-        return addresses
+        try:
+            return checked_addresses(
+                host, port, allow_loopback=self.allow_loopback, timeout=self.left()
+            )
+        except Expired:
+            self.expired = True
+            raise
 
     def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
         last_error: Exception | None = None

@@ -107,10 +107,16 @@ def _admission_adopt(*, run: Run, body: s.NewRunIn, wire: dict, principal) -> No
 
 
 @transaction.atomic
-def run_events_apply(*, tenant_id: int, run_id: str, events: list) -> int:
+def run_events_apply(
+    *, tenant_id: int, run_id: str, events: list, locked: Run | None = None
+) -> int:
     """Apply a batch of validated events (runs.schemas.Event) to the tenant's run `run_id`
-    (NotFound if it has none); returns the run's lastSeq."""
-    run = runs_access.run_in_tenant(tenant_id=tenant_id, run_id=run_id, for_update=True)
+    (NotFound if it has none); returns the run's lastSeq. `locked`: that run, already read
+    with its row lock in the caller's transaction (the MCP gateway's: not read twice)."""
+    if locked is not None and (locked.tenant_id, locked.external_id) == (tenant_id, run_id):
+        run = locked
+    else:
+        run = runs_access.run_in_tenant(tenant_id=tenant_id, run_id=run_id, for_update=True)
     _check_contiguous(events)
     if events[0].seq > run.last_seq + 1:
         raise Conflict(

@@ -379,3 +379,54 @@ async def test_the_reference_server_everything_from_npm_over_stdio(console):
         result = await asyncio.wait_for(call, 60)
     assert result.is_error is not True
     assert text_of(result) == f"Echo: {tag}!"
+
+
+async def test_sigterm_answers_a_waiting_call_with_call_again_at_once(console, tmp_path):
+    """A real daphne stopped by SIGTERM: the call it holds answers "call again with the same
+    arguments" (not a dropped connection), the server exits, and the call again on another
+    server attaches to the same approval."""
+    import signal
+    import time
+
+    from tests.gateway.live import DAPHNE, free_port, process
+
+    port = free_port()
+    args = [DAPHNE, "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
+    asked = {"path": f"/srv/{uuid.uuid4().hex[:8]}", "content": "stop"}
+    with process(args, console.env, tmp_path / "stopping.log", port, "daphne") as proc:
+        base = f"http://127.0.0.1:{port}"
+        async with mcp_client(mcp_url(console, "files", base), console.keys["mcp"]) as session:
+            waiting = asyncio.create_task(session.call_tool("write_file", asked))
+            approval = await pending_for(console, "files.write_file", asked)
+            await asyncio.sleep(0.5)
+            assert not waiting.done()  # held (the server's hold is 240 s)
+            stopped_at = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            answer = await asyncio.wait_for(waiting, 10)
+        assert answer.is_error is True
+        assert "again with the same arguments" in text_of(answer)
+        assert approval["id"] in text_of(answer)
+        proc.wait(10)  # and the server stopped
+        assert time.monotonic() - stopped_at < 10
+    async with mcp_client(mcp_url(console, "files"), console.keys["mcp"]) as session:
+        again = asyncio.create_task(session.call_tool("write_file", asked))
+        await decide(console, approval["id"], "approve")
+        result = await asyncio.wait_for(again, 30)
+    assert (
+        result.is_error is False
+        and text_of(result) == "wrote 4 bytes to /srv/" + asked["path"].rsplit("/", 1)[1]
+    )
+
+
+async def test_deleting_the_session_finishes_its_run(console):
+    run_id = f"mcp-delete-{uuid.uuid4().hex[:8]}"
+    headers = {"X-Gavel-Run-Id": run_id}
+    async with mcp_client(mcp_url(console, "files"), console.keys["mcp"], headers=headers) as s:
+        assert (await s.list_tools()).tools
+        with console.api("ingest") as api:
+            assert api.get(f"/api/v1/runs/{run_id}").json()["status"] != "done"
+    # the client left its context: it sent DELETE with its Mcp-Session-Id
+    with console.api("ingest") as api:
+        run = api.get(f"/api/v1/runs/{run_id}")
+    assert run.status_code == 200, run.text
+    assert run.json()["status"] == "done"
