@@ -26,9 +26,12 @@ run: migrate
 	DEBUG=$${DEBUG-1} $(PY) manage.py demo_setup
 	DEBUG=$${DEBUG-1} HOST=$(HOST) PORT=$(PORT) $(PY) manage.py serve_demo
 
+# TEST_WORKERS: pytest-xdist workers (each with its own test database, ports and Redis prefix;
+# a module's tests stay on one worker); TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 2
 test: install
 	SECRET_KEY=$${SECRET_KEY-test-only-secret-key-not-for-production} \
-	  $(PY) -m pytest $(PYTEST_ARGS)
+	  $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # schemathesis on every operation of the served schema, once per key scope, against a live
 # daphne on a PostgreSQL database of its own (DATABASE_URL must be PostgreSQL). Prints the seed;

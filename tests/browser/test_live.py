@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 
 from tests.browser.conftest import sign_in
 from tests.sdk.live import DAPHNE, ROOT, last_line, live_env, manage
+from tests.support.workers import free_port
 
 TENANT = "live"
 REVIEWER, PASSWORD = "reviewer@live.example", "reviewer-pass-123"
@@ -28,14 +28,7 @@ RUN = "run_live_browser"
 
 
 def _port() -> int:
-    for port in range(8500, 8600):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 8500-8599")
+    return free_port(range(8500, 8600))
 
 
 def provision(env: dict) -> str:
