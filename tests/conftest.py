@@ -122,6 +122,24 @@ def _fresh_compiled_rules():
     yield
 
 
+@pytest.fixture(scope="module")
+def issuer():
+    """A real OpenID provider (tests/oidc_provider.py), one per test module: its issuer URL."""
+    from tests.oidc_provider import running_provider
+
+    with running_provider() as url:
+        yield url
+
+
+@pytest.fixture
+def http_issuers_allowed():
+    """The tests' provider is served over http://127.0.0.1 (a real one must be https)."""
+    from django.test import override_settings
+
+    with override_settings(GAVEL_OIDC_ALLOW_HTTP=True):
+        yield
+
+
 @pytest.fixture
 def on_postgres():
     return connection.vendor == "postgresql"
