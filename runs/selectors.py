@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import binascii
 import json
 from collections import defaultdict
@@ -15,6 +14,7 @@ from approvals.models import Approval, ApprovalStatus
 from approvals.schemas import approval_resource
 from approvals.services.expiry import approvals_expire_due
 from budgets.spend import run_costs
+from console.core import paging
 from console.core.errors import Invalid
 from console.core.wire import cursor_pk
 from runs import access as runs_access
@@ -92,14 +92,12 @@ def run_get(*, viewer, run_id: str) -> dict:
 
 
 def cursor_encode(run: Run) -> str:
-    raw = json.dumps([run.started_at.isoformat(), run.pk]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return paging.encode(json.dumps([run.started_at.isoformat(), run.pk]))
 
 
 def cursor_decode(cursor: str) -> tuple[datetime, int]:
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        started, pk = json.loads(raw)
+        started, pk = json.loads(paging.decode_bytes(cursor))
         started_at = datetime.fromisoformat(started)
         if not isinstance(pk, int) or started_at.tzinfo is None:
             raise ValueError
