@@ -10,10 +10,10 @@ from django.db import connection
 from django.db.models import Q
 from pydantic import ValidationError
 
+from console.audit.schemas import AuditQuery
 from console.core import auditchain, paging
 from console.core.csvsafe import csv_text
 from console.core.errors import Invalid
-from console.core.wire import AuditQuery
 from console.directory import access
 from console.models import AuditEvent
 
