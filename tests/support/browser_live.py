@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
-import time
 from pathlib import Path
 
 import httpx
 
-from tests.sdk.live import DAPHNE, ROOT, last_line, manage
+from tests.sdk.live import last_line, manage
+from tests.support.daphne import daphne as _daphne
 from tests.support.workers import free_port
 
 TENANT = "live"
@@ -35,35 +33,9 @@ def provision(env: dict) -> str:
     return last_line(manage(env, "create_api_key", "--tenant", TENANT, "--name", "runtime"))
 
 
-@contextlib.contextmanager
 def daphne(env: dict, log: Path):
-    port = _port()
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [DAPHNE, "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"daphne did not start: {log.read_text()[-3000:]}")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/accounts/login/", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    """A daphne on a free port of 8500-8599 (tests/support/daphne.py)."""
+    return _daphne(env, log, port=_port())
 
 
 def runtime(url: str, key: str) -> httpx.Client:

@@ -14,8 +14,9 @@ from tests.sdk.live import DAPHNE, ROOT, free_port
 
 
 @contextlib.contextmanager
-def daphne(env: dict, log: Path):
-    port = free_port()
+def daphne(env: dict, log: Path, *, port: int | None = None):
+    """A daphne on `port` (else a free one of 8600-8699) until the block ends: its URL."""
+    port = port or free_port()
     with log.open("ab") as out:
         proc = subprocess.Popen(  # noqa: S603 - our own daphne and arguments
             [DAPHNE, "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
