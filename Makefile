@@ -34,9 +34,12 @@ $(AXE): tests/browser/node/package.json tests/browser/node/package-lock.json
 
 browser-deps: $(AXE)
 
+# TEST_WORKERS: pytest-xdist workers (each with its own test database, ports and Redis prefix;
+# a module's tests stay on one worker); TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 2
 test: install browser-deps
 	SECRET_KEY=$${SECRET_KEY-test-only-secret-key-not-for-production} \
-	  $(PY) -m pytest $(PYTEST_ARGS)
+	  $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # schemathesis on every operation of the served schema, once per key scope, against a live
 # daphne on a PostgreSQL database of its own (DATABASE_URL must be PostgreSQL). Prints the seed;

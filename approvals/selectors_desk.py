@@ -23,8 +23,8 @@ from approvals.selectors import card_rows, pending_calls
 from approvals.services.expiry import approvals_expire_due
 from budgets.models import OVERRIDE_TOOL
 from budgets.spend import run_costs
+from console.core import paging
 from console.core.errors import Forbidden, Invalid
-from console.core.wire import keyset_decode, keyset_encode
 from console.directory import access
 from runs.models import Agent, runs_verdicts
 
@@ -137,7 +137,7 @@ def _cursor(raw: str | None):
     if not raw:
         return None
     try:
-        return keyset_decode(raw)
+        return paging.decode_time_pk(raw)
     except ValueError:
         raise Invalid(
             "the cursor is not one this server issued",
@@ -185,7 +185,7 @@ def desk_page(
     rows = rows[:size]
     return {
         "rows": desk_rows(rows, viewer=viewer, decides=decides),
-        "next": keyset_encode(rows[-1].requested_at, rows[-1].pk) if more else None,
+        "next": paging.encode_time_pk(rows[-1].requested_at, rows[-1].pk) if more else None,
         "count": count,
         "at": at,
         "decides": decides,

@@ -4,7 +4,6 @@ calls of the last days. Every function reaches the tenant through console/access
 
 from __future__ import annotations
 
-import base64
 import binascii
 import json
 from dataclasses import replace
@@ -26,6 +25,7 @@ from approvals.rules import (
 from approvals.rules.generalise import argument_choices, conditions_from_choices
 from approvals.schemas_rules import rule_resource, rule_spec_unsaved
 from approvals.selectors_desk import decidable_pending
+from console.core import paging
 from console.core.errors import Invalid, NotFound
 from console.core.wire import cursor_pk
 from console.directory import access
@@ -42,16 +42,12 @@ PREVIEW_SHOWN = 20
 
 
 def _cursor_encode(pk: int) -> str:
-    return base64.urlsafe_b64encode(f"rule:{pk}".encode()).decode().rstrip("=")
+    return paging.encode_pk("rule", pk)
 
 
 def _cursor_decode(cursor: str) -> int:
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        kind, _, pk = raw.partition(":")
-        if kind != "rule" or not pk.isdigit():
-            raise ValueError(raw)
-        return cursor_pk(int(pk))
+        return cursor_pk(paging.decode_pk("rule", cursor))
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise Invalid(
             "the cursor is not one this server issued",

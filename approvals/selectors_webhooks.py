@@ -3,27 +3,23 @@
 
 from __future__ import annotations
 
-import base64
 import binascii
 
 from approvals import access as approvals_access
 from approvals.models import Webhook, WebhookDelivery
+from console.core import paging
 from console.core.errors import Invalid
 
 RECENT_DELIVERIES = 5  # shown under each webhook on /manage/webhooks/
 
 
 def _encode(kind: str, pk: int) -> str:
-    return base64.urlsafe_b64encode(f"{kind}:{pk}".encode()).decode().rstrip("=")
+    return paging.encode_pk(kind, pk)
 
 
 def _decode(kind: str, cursor: str) -> int:
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        got, _, pk = raw.partition(":")
-        if got != kind or not pk.isdigit():
-            raise ValueError(raw)
-        return int(pk)
+        return paging.decode_pk(kind, cursor)
     except (ValueError, binascii.Error, UnicodeDecodeError):
         message = "not a cursor this server issued"
         raise Invalid(

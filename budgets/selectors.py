@@ -5,7 +5,6 @@ same functions."""
 
 from __future__ import annotations
 
-import base64
 from datetime import date
 
 from django.db import connection
@@ -15,6 +14,7 @@ from budgets import access as budgets_access
 from budgets import rules
 from budgets.schemas import DIMENSIONS
 from budgets.spend import LIST_RELATED, budget_current, budgets_current
+from console.core import paging
 from console.core.errors import Invalid
 from console.core.wire import cursor_pk
 from console.directory import access
@@ -246,10 +246,7 @@ def _cursor(raw: str | None) -> int:
     if raw is None:
         return 0
     try:
-        text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
-        if not text.startswith("b") or not text[1:].isdigit():
-            raise ValueError
-        return cursor_pk(int(text[1:]))
+        return cursor_pk(paging.decode_tagged("b", raw))
     except ValueError:
         raise Invalid(
             "cursor: not a cursor this server issued",
@@ -268,7 +265,5 @@ def budgets_list(*, viewer, limit: int = 50, cursor: str | None = None, now=None
     currents = budgets_current(budgets=rows, now=now)
     return {
         "items": [budget_resource(b, current=currents[b.pk]) for b in rows],
-        "next_cursor": base64.urlsafe_b64encode(f"b{rows[-1].pk}".encode()).decode().rstrip("=")
-        if more
-        else None,
+        "next_cursor": paging.encode(f"b{rows[-1].pk}") if more else None,
     }

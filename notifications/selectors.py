@@ -3,7 +3,6 @@ console/access.py (a principal's own notifications only)."""
 
 from __future__ import annotations
 
-import base64
 import binascii
 import json
 from datetime import datetime
@@ -12,6 +11,7 @@ from django.db.models import Q
 
 from approvals import access as approvals_access
 from approvals.models import Approval, ApprovalStatus
+from console.core import paging
 from console.core.errors import Forbidden, Invalid
 from console.core.wire import cursor_pk
 from console.directory import access
@@ -23,14 +23,12 @@ PAGE_SIZE = 50
 
 
 def cursor_encode(notification) -> str:
-    raw = json.dumps([notification.at.isoformat(), notification.pk]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return paging.encode(json.dumps([notification.at.isoformat(), notification.pk]))
 
 
 def cursor_decode(cursor: str, *, path: str = "query.cursor") -> tuple[datetime, int]:
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        at, pk = json.loads(raw)
+        at, pk = json.loads(paging.decode_bytes(cursor))
         at = datetime.fromisoformat(at)
         if not isinstance(pk, int) or isinstance(pk, bool) or at.tzinfo is None:
             raise ValueError

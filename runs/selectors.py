@@ -12,8 +12,8 @@ from approvals.models import Approval, ApprovalStatus
 from approvals.schemas import approval_resource
 from approvals.services.expiry import approvals_expire_due
 from budgets.spend import run_costs
+from console.core import paging
 from console.core.errors import Invalid
-from console.core.wire import keyset_decode, keyset_encode
 from runs import access as runs_access
 from runs.models import Run, run_verdicts, runs_verdicts
 
@@ -89,12 +89,12 @@ def run_get(*, viewer, run_id: str) -> dict:
 
 
 def cursor_encode(run: Run) -> str:
-    return keyset_encode(run.started_at, run.pk)
+    return paging.encode_time_pk(run.started_at, run.pk)
 
 
 def cursor_decode(cursor: str) -> tuple[datetime, int]:
     try:
-        return keyset_decode(cursor)
+        return paging.decode_time_pk(cursor)
     except ValueError:
         raise Invalid(
             "the cursor is not one this server issued",

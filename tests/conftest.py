@@ -11,6 +11,7 @@ from approvals.services.rules import rules_cache_clear
 from console.core import adb, ratelimit
 from tests.factories import PrincipalFactory, TenantFactory, make_key
 from tests.loopback_only import sitecustomize as loopback_only
+from tests.support import workers
 
 
 def pytest_configure(config):
@@ -21,6 +22,40 @@ def pytest_configure(config):
         p for p in (folder, os.environ.get("PYTHONPATH", "")) if p
     )
     loopback_only.install()
+    _fast_password_hasher()
+    _redis_prefix_of_this_worker()
+
+
+def _fast_password_hasher():
+    """MD5 instead of PBKDF2's 1,000,000 rounds: every persona fixture and sign-in hashes a
+    password. Tests run in-process only; the servers the live tests start are other processes
+    with the real hashers. The others stay listed, so a stored PBKDF2 hash still verifies."""
+    from django.conf import global_settings, settings
+    from django.contrib.auth import hashers
+
+    settings.PASSWORD_HASHERS = [
+        "django.contrib.auth.hashers.MD5PasswordHasher",
+        *global_settings.PASSWORD_HASHERS,
+    ]
+    hashers.get_hashers.cache_clear()
+    hashers.get_hashers_by_algorithm.cache_clear()
+
+
+def _redis_prefix_of_this_worker():
+    """Under pytest-xdist, each worker's channel layer, rate limits and the consoles it starts
+    keep to a Redis prefix of their own (REDIS_PREFIX-gw1), so one worker's group messages
+    never reach another's consumers."""
+    from django.conf import settings
+
+    suffix = workers.worker_suffix()
+    if not suffix:
+        return
+    prefix = f"{os.environ.get('REDIS_PREFIX', '').strip() or 'gavel'}{suffix}"
+    os.environ["REDIS_PREFIX"] = prefix
+    settings.REDIS_PREFIX = prefix
+    config = settings.CHANNEL_LAYERS["default"].get("CONFIG")
+    if config is not None and "prefix" in config:
+        config["prefix"] = prefix
 
 
 def pytest_collection_modifyitems(config, items):
@@ -85,6 +120,24 @@ def _fresh_compiled_rules():
     database hands both out again, so every test starts with none."""
     rules_cache_clear()
     yield
+
+
+@pytest.fixture(scope="module")
+def issuer():
+    """A real OpenID provider (tests/oidc_provider.py), one per test module: its issuer URL."""
+    from tests.oidc_provider import running_provider
+
+    with running_provider() as url:
+        yield url
+
+
+@pytest.fixture
+def http_issuers_allowed():
+    """The tests' provider is served over http://127.0.0.1 (a real one must be https)."""
+    from django.test import override_settings
+
+    with override_settings(GAVEL_OIDC_ALLOW_HTTP=True):
+        yield
 
 
 @pytest.fixture

@@ -1,11 +1,9 @@
 """The schema edge's bases: Python snake_case inside, camelCase on the wire."""
 
-import base64
-import binascii
 import json
 import re
-from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
 from ninja import Schema
 from pydantic import (
@@ -15,8 +13,6 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    WithJsonSchema,
-    field_validator,
 )
 from pydantic import StrictBool as StrictBool  # re-exported: JSON true/false only
 from pydantic.alias_generators import to_camel
@@ -90,26 +86,6 @@ def cursor_pk(value: int) -> int:
     return value
 
 
-def keyset_encode(at: datetime, pk: int) -> str:
-    """An opaque keyset cursor for a list ordered by (a timestamp, id)."""
-    raw = json.dumps([at.isoformat(), pk]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def keyset_decode(cursor: str) -> tuple[datetime, int]:
-    """(timestamp, id) of a `keyset_encode` cursor; ValueError for one this server never
-    issued."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        at, pk = json.loads(raw)
-        when = datetime.fromisoformat(at)
-        if not isinstance(pk, int) or when.tzinfo is None:
-            raise ValueError
-        return when, cursor_pk(pk)
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, RecursionError):
-        raise ValueError("not a cursor this server issued") from None
-
-
 class CamelSchema(Schema):
     """Fields are snake_case in Python and camelCase on the wire (in and out, and in OpenAPI).
 
@@ -160,150 +136,6 @@ def strict_json(text: bytes | str):
         return json.loads(text, parse_constant=_not_json)
     except RecursionError:
         raise ValueError("nested too deeply") from None
-
-
-# --- the audit log (console/api_audit.py, and the /manage/audit/ page's filters) ---
-
-Filter = Annotated[str | None, Field(max_length=255)]
-
-
-# What `from`/`to` take (the schema's pattern, and what the server checks): empty, a day, or
-# an RFC 3339 date-time whose seconds and offset may be left out (no offset: UTC).
-AUDIT_TIME_PATTERN = (
-    r"^(\d{4}-\d{2}-\d{2}([Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?([Zz]|[+-]\d{2}:\d{2})?)?)?$"
-)
-_AUDIT_TIME = re.compile(AUDIT_TIME_PATTERN)
-
-
-def _when(value, *, end: bool):
-    """An ISO 8601 time (no offset: UTC), or a day YYYY-MM-DD: its start for `from`, the
-    start of the next day for `to` (so `to` a day includes that day)."""
-    if value in (None, ""):
-        return None
-    if isinstance(value, str) and not _AUDIT_TIME.fullmatch(value):
-        raise ValueError("must be a day YYYY-MM-DD or a date-time (ISO 8601)")
-    if isinstance(value, str) and len(value) == 10:
-        day = datetime.fromisoformat(value).replace(tzinfo=UTC)  # ValueError: a 422
-        return day + timedelta(days=1) if end else day
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
-    if isinstance(value, datetime) and value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value
-
-
-AUDIT_TIME = {
-    "type": "string",
-    "pattern": AUDIT_TIME_PATTERN,
-    "description": "a day YYYY-MM-DD (format date; as `to`, that day included) or a "
-    "date-time (format date-time, RFC 3339; seconds and offset may be left out, no offset "
-    "meaning UTC); empty: no bound. A value of this shape that is no calendar day or time "
-    "(2026-13-01) is a 422 validation_error",
-}
-AUDIT_CURSOR = Annotated[
-    str | None,
-    Field(pattern=r"^[A-Za-z0-9_-]*={0,2}$", max_length=200, description=CURSOR_DESCRIPTION),
-]
-
-
-class AuditQuery(CamelSchema):
-    """`GET /audit`'s filters: entries with `from <= at < to`, newest first."""
-
-    action: Filter = None
-    actor_id: Filter = None  # a principal id, a key id (key_...) or a rule id (rul_...)
-    object_type: Filter = None
-    object_id: Filter = None
-    # The schema says what the server reads (an ISO time, no offset meaning UTC, or a day;
-    # empty: no bound); one that does not parse is a 422 naming it.
-    date_from: Annotated[datetime | None, WithJsonSchema(AUDIT_TIME), Field(alias="from")] = None
-    date_to: Annotated[datetime | None, WithJsonSchema(AUDIT_TIME), Field(alias="to")] = None
-    limit: Annotated[int, Field(ge=1, le=200)] = 50
-    cursor: AUDIT_CURSOR = None  # empty: the first page
-    format: Literal["json", "csv", "jsonl"] = "json"
-
-    @field_validator("action", "actor_id", "object_type", "object_id", "cursor", mode="before")
-    @classmethod
-    def _blank_is_none(cls, value):
-        return None if value == "" else value
-
-    @field_validator("date_from", mode="before")
-    @classmethod
-    def _from(cls, value):
-        return _when(value, end=False)
-
-    @field_validator("date_to", mode="before")
-    @classmethod
-    def _to(cls, value):
-        return _when(value, end=True)
-
-    @field_validator("format", mode="before")
-    @classmethod
-    def _format_default(cls, value):
-        return "json" if value in (None, "") else value
-
-
-class AuditActorOut(CamelSchema):
-    principal_id: str | None
-    key_id: str | None
-    rule_id: str | None
-
-
-class AuditEntryOut(CamelSchema):
-    id: str
-    at: datetime
-    action: str
-    actor: AuditActorOut
-    object_type: str
-    object_id: str
-    before: Any = None
-    after: Any = None
-    data: dict
-    ip: str | None
-    user_agent: str | None
-
-
-class AuditListOut(CamelSchema):
-    items: list[AuditEntryOut]
-    next_cursor: str | None
-
-
-class AuditCheckpointOut(CamelSchema):
-    """A signed checkpoint of the chain's head: `statement` is the exact JSON signed
-    (Ed25519; `publicKey`: the raw public key, base64url) and `signature` its signature."""
-
-    position: int
-    hash: str | None
-    entries: int
-    at: datetime
-    statement: str
-    signature: str
-    key_id: str
-    public_key: str | None
-
-
-AUDIT_VERIFY_REASONS = (
-    "changed",
-    "removed",
-    "rewritten",
-    "truncated",
-    "inserted",
-    "checkpoint_invalid",
-    "checkpoint_missing",
-)
-
-
-class AuditVerifyOut(CamelSchema):
-    ok: bool
-    entries: int
-    first_bad_id: str | None
-    reason: Annotated[
-        Literal[AUDIT_VERIFY_REASONS] | None,  # type: ignore[valid-type]
-        Field(description="why the chain is not intact (null when it is): see docs/api.md"),
-    ] = None
-    checkpoint: Annotated[
-        AuditCheckpointOut | None,
-        Field(description="the checkpoint signed for this intact chain's head (null if not ok)"),
-    ] = None
 
 
 # Escapes that may spell what PostgreSQL cannot store: U+0000, or a lone UTF-16 surrogate (a

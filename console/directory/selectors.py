@@ -3,10 +3,9 @@ filtered and keyset-paginated lists, and the known tool names a role's globs mat
 
 from __future__ import annotations
 
-import base64
-
 from django.db.models import Count, Prefetch, Q
 
+from console.core import paging
 from console.core.errors import Invalid
 from console.directory import access
 from console.directory.schemas.directory import principal_snapshot, role_snapshot, team_snapshot
@@ -17,10 +16,7 @@ def _cursor(raw: str | None, tag: str) -> int:
     if raw is None:
         return 0
     try:
-        text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
-        if not text.startswith(tag) or not text[len(tag) :].isdigit():
-            raise ValueError
-        return int(text[len(tag) :])
+        return paging.decode_tagged(tag, raw)
     except ValueError:
         raise Invalid(
             "cursor: not a cursor this server issued",
@@ -34,11 +30,8 @@ def _page(qs, *, limit: int, cursor: str | None, tag: str, resource) -> dict:
     more, rows = len(rows) > limit, rows[:limit]
     next_cursor = None
     if more:
-        next_cursor = base64.urlsafe_b64encode(f"{tag}{rows[-1].pk}".encode()).decode()
-    return {
-        "items": [resource(row) for row in rows],
-        "next_cursor": next_cursor and next_cursor.rstrip("="),
-    }
+        next_cursor = paging.encode(f"{tag}{rows[-1].pk}")
+    return {"items": [resource(row) for row in rows], "next_cursor": next_cursor}
 
 
 # --- principals ---

@@ -1,7 +1,6 @@
 """Reads of the audit log: the filtered list (keyset pages, newest first), the exports
 (CSV and JSONL, every matching entry, streamed), and the page's readable before → after."""
 
-import base64
 import json
 from collections.abc import Iterator, Mapping
 from urllib.parse import urlencode
@@ -11,10 +10,10 @@ from django.db import connection
 from django.db.models import Q
 from pydantic import ValidationError
 
-from console.core import auditchain
+from console.audit.schemas import AuditQuery
+from console.core import auditchain, paging
 from console.core.csvsafe import csv_text
 from console.core.errors import Invalid
-from console.core.wire import AuditQuery
 from console.directory import access
 from console.models import AuditEvent
 
@@ -77,7 +76,7 @@ def _cursor(raw: str | None, *, viewer) -> int | None:
     if raw is None:
         return None
     try:
-        wire = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
+        wire = paging.decode(raw)
     except ValueError:
         raise _not_ours() from None
     if not wire.startswith("i" + auditchain.PUBLIC_ID_PREFIX):
@@ -95,7 +94,7 @@ def _cursor(raw: str | None, *, viewer) -> int | None:
 
 
 def _cursor_of(entry: AuditEvent) -> str:
-    return base64.urlsafe_b64encode(f"i{entry.wire_id}".encode()).decode().rstrip("=")
+    return paging.encode(f"i{entry.wire_id}")
 
 
 def _matching(*, viewer, filters: dict):

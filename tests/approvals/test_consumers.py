@@ -7,7 +7,7 @@ from asgiref.sync import sync_to_async
 from console.models import Role
 from tests.console.live import close_code, frames_until, hello, open_socket
 from tests.factories import PrincipalFactory
-from tests.runs.test_consumers import RUN, admit, post_events
+from tests.support.runs_live import RUN, admit, post_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 CALL = {"toolCallId": "c1", "toolName": "send_email", "arguments": {"to": "bob@example.com"}}

@@ -9,29 +9,9 @@ from django.utils import timezone
 from approvals.models import Approval, WebhookDelivery
 from approvals.services.decisions import approval_decide
 from approvals.services.webhooks import webhook_create
+from tests.support.ingest import RUNS, admit_and_hold
 
 pytestmark = pytest.mark.django_db
-
-RUNS = "/api/v1/runs"
-
-
-def admit_and_hold(api, run_id="run_hook", expires_at=None):
-    api.post(RUNS, {"id": run_id, "agentId": "bot", "agentVersion": 1, "principalId": "p@x"})
-    call = {
-        "toolCallId": "call_1",
-        "toolName": "send_email",
-        "arguments": {"to": "bob@example.com"},
-        "reason": "email needs a human",
-        "rejectionMessage": "Not sent.",
-    }
-    if expires_at:
-        call["expiresAt"] = expires_at
-    events = [
-        {"seq": 1, "type": "step.started", "step": 1, "agentId": "bot", "model": "m"},
-        {"seq": 2, "type": "approval.requested", "step": 1, "calls": [call]},
-    ]
-    response = api.post(f"{RUNS}/{run_id}/events", {"events": events})
-    assert response.status_code == 200, response.content
 
 
 def test_posting_an_event_after_a_decision_marks_it_picked_up(ingest_a, reviewer_a):

@@ -13,6 +13,7 @@ from approvals.services.decisions import approval_decide
 from console.core import outbound
 from console.core.errors import Invalid
 from tests.factories import ApprovalFactory, RunFactory
+from tests.support.webhooks import Receiver
 
 pytestmark = pytest.mark.django_db
 
@@ -26,24 +27,6 @@ def no_worker_thread(settings):
 def hook(tenant_a):
     webhook, secret = webhooks.webhook_create(tenant=tenant_a, url="https://hooks.example/gavel")
     return webhook, secret
-
-
-class Receiver:
-    """An endpoint (httpx MockTransport) answering the statuses it is given, in turn."""
-
-    def __init__(self, *statuses):
-        self.statuses = list(statuses)
-        self.requests: list[httpx.Request] = []
-
-    def __call__(self, request):
-        self.requests.append(request)
-        status = self.statuses.pop(0) if self.statuses else 200
-        if status == "refuse":
-            raise httpx.ConnectError("connection refused", request=request)
-        return httpx.Response(status)
-
-    def client(self):
-        return httpx.Client(transport=httpx.MockTransport(self))
 
 
 def test_only_https_endpoints_and_known_events(tenant_a):

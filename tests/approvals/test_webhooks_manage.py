@@ -12,9 +12,9 @@ from approvals.models import DeliveryStatus, Webhook, WebhookDelivery
 from approvals.services import webhooks
 from console.directory import signin
 from console.models import AuditEvent
-from tests.approvals.test_webhooks import Receiver
 from tests.conftest import ApiClient
 from tests.factories import make_key
+from tests.support.webhooks import Receiver
 
 pytestmark = pytest.mark.django_db
 HOOKS = "/api/v1/webhooks"

@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from console.middleware import CSP
 from tests.browser.conftest import shot
-from tests.browser.test_manage_directory import _docs_copy
+from tests.support.docs import _docs_copy
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from tests.browser.conftest import shot, sign_in
-from tests.browser.test_live import (
+from tests.sdk.live import live_env
+from tests.support.browser_live import (
     HELD,
     PASSWORD,
     REVIEWER,
@@ -18,7 +19,6 @@ from tests.browser.test_live import (
     provision,
     runtime,
 )
-from tests.sdk.live import live_env
 
 pytestmark = pytest.mark.browser
 

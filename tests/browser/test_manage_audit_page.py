@@ -11,8 +11,8 @@ from console.directory.services.principals import principal_update
 from console.directory.services.roles import role_add, role_update
 from console.directory.services.tenant import tenant_update
 from tests.browser.conftest import shot, sign_in
-from tests.browser.test_manage_directory import _docs_copy
 from tests.factories import PrincipalFactory
+from tests.support.docs import _docs_copy
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

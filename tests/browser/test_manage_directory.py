@@ -4,26 +4,15 @@ because the sign-in is "old" (the re-authentication window set to zero for that 
 Screenshots: build/screenshots/; with GAVEL_DOCS_SCREENSHOTS=1 also docs/screenshots/
 manage-principals.png, manage-roles.png and manage-teams.png."""
 
-import os
-import shutil
-from pathlib import Path
-
 import pytest
 from playwright.sync_api import expect
 
 from console.models import Team
 from tests.browser.conftest import shot, sign_in
 from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory
+from tests.support.docs import _docs_copy
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
-
-
-def _docs_copy(path: Path, name: str) -> None:
-    if os.environ.get("GAVEL_DOCS_SCREENSHOTS") == "1":
-        DOCS.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, DOCS / name)
 
 
 @pytest.fixture

@@ -12,26 +12,17 @@ from datetime import timedelta
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
-from django.test import override_settings
 
 from console.directory.services import sso as sso_services
 from console.directory.services import sso_domains
 from tests.browser.conftest import shot
 from tests.oidc_provider import running_provider, set_user
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(scope="module")
-def issuer():
-    with running_provider() as url:
-        yield url
-
-
-@pytest.fixture(autouse=True)
-def _http_issuers_allowed():
-    with override_settings(GAVEL_OIDC_ALLOW_HTTP=True):
-        yield
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("http_issuers_allowed"),
+]
 
 
 def _configure(tenant, admin, issuer):

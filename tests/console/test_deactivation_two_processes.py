@@ -18,8 +18,8 @@ import httpx
 import pytest
 import websockets
 
-from tests.approvals.test_rules_live import daphne, hold
 from tests.sdk.live import last_line, live_env, manage
+from tests.support.daphne import daphne, hold
 
 pytestmark = pytest.mark.postgres
 

@@ -2,25 +2,13 @@
 schema and service (discovery read against a real provider); others get 403."""
 
 import pytest
-from django.test import override_settings
 
 from console.core import crypto
 from console.models import AuditEvent, TenantOidc
-from tests.oidc_provider import running_provider
+
+pytestmark = pytest.mark.usefixtures("http_issuers_allowed")
 
 URL = "/manage/settings/sso/"
-
-
-@pytest.fixture(scope="module")
-def issuer():
-    with running_provider() as url:
-        yield url
-
-
-@pytest.fixture(autouse=True)
-def _http_issuers_allowed():
-    with override_settings(GAVEL_OIDC_ALLOW_HTTP=True):
-        yield
 
 
 def _form(issuer, **changes):

@@ -13,8 +13,8 @@ import httpx
 import pytest
 import redis
 
-from tests.approvals.test_rules_live import daphne
 from tests.sdk.live import last_line, live_env, manage
+from tests.support.daphne import daphne
 
 BURST = 10
 TENANT = "rl-live"

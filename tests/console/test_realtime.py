@@ -9,7 +9,7 @@ from channels.layers import get_channel_layer
 
 from console.live import realtime
 from tests.console.live import frames_until, hello, open_socket
-from tests.runs.test_consumers import RUN, admit, has, post_events
+from tests.support.runs_live import RUN, admit, has, post_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

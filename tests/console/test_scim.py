@@ -17,28 +17,9 @@ from console.core.errors import Invalid
 from console.directory.services import api_key_create
 from console.models import Team
 from tests.factories import PrincipalFactory, make_key
+from tests.support.scim import ERROR, Scim
 
-ERROR = "urn:ietf:params:scim:api:messages:2.0:Error"
 LIST = "urn:ietf:params:scim:api:messages:2.0:ListResponse"
-
-
-class Scim:
-    def __init__(self, client, key):
-        self.client, self.key = client, key
-
-    def get(self, path, **params):
-        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
-        return self.client.get(f"/scim/v2{path}", params, headers=headers)
-
-    def send(self, method, path, body):
-        import json
-
-        return getattr(self.client, method)(
-            f"/scim/v2{path}",
-            json.dumps(body),
-            content_type="application/scim+json",
-            headers={"Authorization": f"Bearer {self.key}"},
-        )
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from asgiref.sync import sync_to_async
 from console.models import AuditEvent, Principal, Team
 from tests.conftest import ApiClient
 from tests.console.live import close_code, hello, open_socket
-from tests.console.test_scim import ERROR, Scim
 from tests.factories import make_key
+from tests.support.scim import ERROR, Scim
 
 USER = "urn:ietf:params:scim:schemas:core:2.0:User"
 GROUP = "urn:ietf:params:scim:schemas:core:2.0:Group"

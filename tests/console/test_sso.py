@@ -6,7 +6,6 @@ from datetime import timedelta
 from urllib.parse import urlsplit
 
 import pytest
-from django.test import override_settings
 
 from console.core import crypto
 from console.directory.services import sso as sso_services
@@ -16,20 +15,11 @@ from tests.conftest import ApiClient
 from tests.factories import PrincipalFactory, make_key
 from tests.oidc_provider import authorize, query, running_provider, set_user
 
-pytestmark = pytest.mark.django_db(transaction=False)
+pytestmark = [
+    pytest.mark.django_db(transaction=False),
+    pytest.mark.usefixtures("http_issuers_allowed"),
+]
 SECRET = "s3cret-of-the-client"
-
-
-@pytest.fixture(scope="module")
-def issuer():
-    with running_provider() as url:
-        yield url
-
-
-@pytest.fixture(autouse=True)
-def _http_issuers_allowed():
-    with override_settings(GAVEL_OIDC_ALLOW_HTTP=True):
-        yield
 
 
 @pytest.fixture

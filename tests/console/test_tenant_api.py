@@ -145,7 +145,7 @@ def test_every_bad_value_is_422_naming_the_field_and_changes_nothing(manage_admi
 
 def test_a_new_approval_ttl_applies_to_the_next_approval(manage_admin, ingest_a, tenant_a):
     from approvals.models import Approval
-    from tests.approvals.test_ingest_hooks import admit_and_hold
+    from tests.support.ingest import admit_and_hold
 
     manage_admin.patch(TENANT, {"approvalTtlSeconds": 7200})
     admit_and_hold(ingest_a)

@@ -11,8 +11,8 @@ import re
 import httpx
 import websockets
 
-from tests.approvals.test_rules_live import daphne
 from tests.sdk.live import last_line, live_env, manage
+from tests.support.daphne import daphne
 
 TENANT = "wsframes-live"
 REVIEWER = "reviewer@wsframes.example"

@@ -8,7 +8,7 @@ from asgiref.sync import sync_to_async
 
 from notifications.models import NotificationSettings
 from tests.console.live import control, frames_until, hello, open_socket
-from tests.runs.test_consumers import RUN, admit, post_events
+from tests.support.runs_live import RUN, admit, post_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -33,7 +33,7 @@ async def test_the_count_is_sent_on_subscribe_and_follows_live(tenant_a, viewer_
 
 
 async def test_every_pages_socket_carries_the_bell(tenant_a, admin_a):
-    from tests.runs.test_consumers import RUN, admit
+    from tests.support.runs_live import RUN, admit
 
     await admit(tenant_a)
     sockets = []

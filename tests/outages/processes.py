@@ -15,19 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.support.workers import free_port
+
 PG_PORTS = range(55432, 55441)
 REDIS_PORTS = range(56379, 56390)
-
-
-def free_port(ports: range) -> int:
-    for port in ports:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1}")
 
 
 def postgres_bin() -> Path | None:

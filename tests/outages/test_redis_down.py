@@ -11,10 +11,10 @@ import time
 import httpx
 import pytest
 
-from tests.approvals.test_rules_live import daphne, hold
 from tests.browser.conftest import CHROMIUM, sign_in
 from tests.outages.processes import RedisServer
 from tests.sdk.live import LiveConsole
+from tests.support.daphne import daphne, hold
 
 pytestmark = [pytest.mark.postgres, pytest.mark.browser, pytest.mark.outage]
 

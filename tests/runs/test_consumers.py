@@ -10,36 +10,11 @@ from channels.layers import get_channel_layer
 from console.live import realtime
 from console.models import Role
 from console.web.sockets import RENDERS
-from tests.conftest import ApiClient
 from tests.console.live import close_code, control, frames_until, hello, open_socket
-from tests.factories import PrincipalFactory, make_key
+from tests.factories import PrincipalFactory
+from tests.support.runs_live import RUN, _admit, admit, has, post_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
-RUN = "run_live_1"
-
-
-def _admit(tenant, principal=None) -> ApiClient:
-    from django.test import Client
-
-    api = ApiClient(Client(), make_key(tenant, scopes=("ingest",)))
-    body = {"id": RUN, "agentId": "support-bot", "agentVersion": 1}
-    body["principalId"] = principal.external_id if principal else "alice@example.com"
-    assert api.post("/api/v1/runs", body).status_code == 201
-    return api
-
-
-async def admit(tenant, principal=None) -> ApiClient:
-    return await sync_to_async(_admit)(tenant, principal)
-
-
-async def post_events(api, *events):
-    response = await sync_to_async(api.post)(f"/api/v1/runs/{RUN}/events", {"events": list(events)})
-    assert response.status_code == 200, response.content
-    return response.json()["lastSeq"]
-
-
-def has(text):
-    return lambda frame: text in frame
 
 
 async def test_anonymous_is_refused_4403(tenant_a):

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
+
+from tests.support import workers
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -21,14 +22,7 @@ PORTS = range(8600, 8700)
 
 
 def free_port(start: int = 8600) -> int:
-    for port in range(start, PORTS.stop):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 8600-8699")
+    return workers.free_port(range(start, PORTS.stop))
 
 
 def live_env(var_dir: Path, db_suffix: str, *, database_url: str | None = None) -> dict:
@@ -58,7 +52,7 @@ def _fresh_postgres(url: str, suffix: str) -> str:
 
     base, _, name = url.rpartition("/")
     name = name.split("?", 1)[0]
-    live = f"{name}_{suffix}"
+    live = f"{name}_{suffix}{workers.worker_suffix().replace('-', '_')}"  # one per xdist worker
     with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{live}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{live}"')

@@ -10,7 +10,7 @@ import pytest
 from gavel_sdk import AsyncGavelClient, BudgetCheck, BudgetExceeded, GavelClient, RetryPolicy
 from gavel_sdk.session import RunSession
 
-from tests.sdk.test_client import run_body
+from tests.support.sdk import run_body
 
 FAST = RetryPolicy(attempts=2, base=0.0, cap=0.0)
 BUDGET = {

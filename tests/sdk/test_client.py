@@ -19,26 +19,9 @@ from gavel_sdk import (
     ValidationFailed,
 )
 
+from tests.support.sdk import run_body
+
 FAST = RetryPolicy(attempts=4, base=0.0, cap=0.0)
-
-
-def run_body(run_id="run_1", last_seq=0, status="running", **extra):
-    return {
-        "id": run_id,
-        "agentId": "bot",
-        "agentVersion": 1,
-        "currentAgentId": "bot",
-        "principalId": "alice@example.com",
-        "status": status,
-        "usage": {"inputTokens": 0, "outputTokens": 0, "costMinorUnits": 0},
-        "usageByModel": {},
-        "steps": 0,
-        "lastSeq": last_seq,
-        "todos": [],
-        "verdicts": {},
-        "pendingCalls": [],
-        **extra,
-    }
 
 
 def error(status, code, message="nope", details=None, headers=None):

@@ -4,12 +4,12 @@ again; a revoked key or one past its `expiresAt` answers 401 (`ApiKeyQuerySet.fo
 
 from __future__ import annotations
 
-import base64
 import binascii
 
 from django.db import transaction
 from django.utils import timezone
 
+from console.core import paging
 from console.core.errors import Invalid
 from console.directory import access
 from console.directory.services import api_key_create, audit
@@ -96,16 +96,12 @@ def api_key_revoke(*, key: ApiKey, viewer) -> ApiKey:
 
 
 def _cursor_encode(pk: int) -> str:
-    return base64.urlsafe_b64encode(f"key:{pk}".encode()).decode().rstrip("=")
+    return paging.encode_pk("key", pk)
 
 
 def _cursor_decode(cursor: str) -> int:
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        kind, _, pk = raw.partition(":")
-        if kind != "key" or not pk.isdigit():
-            raise ValueError(raw)
-        return int(pk)
+        return paging.decode_pk("key", cursor)
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise _invalid("query.cursor", "not a cursor this server issued") from None
 

@@ -4,9 +4,9 @@ A `manage` key acting as its principal, or a signed-in browser session; handlers
 from django.http import StreamingHttpResponse
 from ninja import Query, Router
 
+from console.audit import schemas as s
 from console.audit.checkpoints import audit_checkpoint
 from console.audit.log import audit_verify
-from console.core import wire as s
 from console.core.wire import errors
 from console.manage import selectors_audit as selectors
 from console.web.auth import CapableSession, PrincipalKeyAuth
