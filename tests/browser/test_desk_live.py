@@ -5,7 +5,8 @@ the pane says who decided."""
 import pytest
 
 from tests.browser.conftest import sign_in
-from tests.browser.test_live import (
+from tests.sdk.live import last_line, live_env, manage
+from tests.support.browser_live import (
     HELD,
     PASSWORD,
     REVIEWER,
@@ -18,7 +19,6 @@ from tests.browser.test_live import (
     provision,
     runtime,
 )
-from tests.sdk.live import last_line, live_env, manage
 
 pytestmark = pytest.mark.browser
 

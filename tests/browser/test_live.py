@@ -21,6 +21,7 @@ from tests.support.browser_live import (
     PASSWORD,
     REVIEWER,
     RUN,
+    STEP,
     admit,
     daphne,
     post,
@@ -36,9 +37,6 @@ def open_run_page(browser_context, url: str):
     sign_in(page, REVIEWER, PASSWORD, next_path=f"/runs/{RUN}/")
     page.locator("#live-status[data-state=live]").wait_for()
     return page
-
-
-STEP = {"seq": 1, "type": "step.started", "step": 1, "agentId": "support-bot", "model": "m-1"}
 
 
 @pytest.mark.browser

@@ -2,30 +2,12 @@
 `manage.py check --deploy` with nothing to say."""
 
 import importlib
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-ROOT = Path(__file__).resolve().parents[2]
-PRODUCTION_ENV = {
-    "DEBUG": "off",
-    "SECRET_KEY": "k3Y-" + "x7Qz9pLm2Vb8Nc4Rt6Wy1Ua5Se3Dg0Hj" * 2,
-    "ALLOWED_HOSTS": "gavel.example.com",
-    "CSRF_TRUSTED_ORIGINS": "https://gavel.example.com",
-}
-# ... and what a deployment adds, so `check --deploy` has nothing to say (console/deploy_checks).
-DEPLOYED_ENV = {
-    **PRODUCTION_ENV,
-    "DATABASE_URL": "postgres://gavel@db.internal:5432/gavel",
-    "REDIS_URL": "redis://redis.internal:6379/0",
-    "EMAIL_URL": "smtp+tls://mailer:secret@smtp.internal:587",
-    "GAVEL_PUBLIC_URL": "https://gavel.example.com",
-    "GAVEL_TRUSTED_PROXY_CIDRS": "10.0.0.0/24",
-}
+from tests.support.settings_env import DEPLOYED_ENV, PRODUCTION_ENV, ROOT, manage  # noqa: F401
 
 
 @pytest.fixture
@@ -132,20 +114,6 @@ def test_production_cookies_and_hsts(load_settings):
     assert settings.SECURE_HSTS_SECONDS >= 31536000
     assert settings.SECURE_PROXY_SSL_HEADER == ("HTTP_X_FORWARDED_PROTO", "https")
     assert settings.ALLOWED_HOSTS == ["gavel.example.com"]
-
-
-def manage(*args, env):
-    clean = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY")}
-    clean.pop("DJANGO_SETTINGS_MODULE", None)
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env={**clean, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def test_check_deploy_with_production_env_prints_no_warnings(tmp_path):

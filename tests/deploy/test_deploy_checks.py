@@ -5,7 +5,7 @@ development flags), and says nothing with a deployment's environment."""
 import pytest
 
 from console.deploy_checks import deployment_settings
-from tests.console.test_settings import DEPLOYED_ENV, manage
+from tests.support.settings_env import DEPLOYED_ENV, manage
 
 
 @pytest.fixture

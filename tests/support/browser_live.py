@@ -52,6 +52,7 @@ def post(client: httpx.Client, *events) -> None:
     assert response.status_code == 200, response.text
 
 
+STEP = {"seq": 1, "type": "step.started", "step": 1, "agentId": "support-bot", "model": "m-1"}
 HELD = {
     "seq": 2,
     "type": "approval.requested",
