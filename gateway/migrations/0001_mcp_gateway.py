@@ -11,7 +11,7 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        ('approvals', '0006_rule_editors'),
+        ('approvals', '0005_webhook_format_slack'),  # the Approval table (not 0006: a test migrates approvals back past it)
         ('console', '0013_audit_keyed_chain'),
         ('runs', '0005_usage_daily_by'),
     ]

@@ -169,6 +169,9 @@ SKIPPED_PAGES = {
     "switcher: before or around a principal, no tenant object in the path "
     "(the switcher's refusal of a foreign tenant: tests/console/test_two_tenants.py)",
     "static/": "static files: no tenant data",
+    "healthz": "the liveness probe: no session, no tenant data (tests/ops/test_health.py)",
+    "readyz": "the readiness probe: no session, no tenant data (tests/ops/test_health.py)",
+    "metrics": "process-wide metrics behind the operator's bearer token (tests/ops/test_health.py)",
     "integrations/": "Slack's signed callbacks: no session, the tenant's signing secret "
     "authenticates them (when they land)",
     "scim/": "SCIM 2.0: a `scim` key, not a session, and SCIM's own error shape (when it lands)",
@@ -474,6 +477,10 @@ HANDLER_CAPABILITIES = {
     # The contract: a principal's own notification settings, `manage` scope, any capability.
     "GET /api/v1/me/notification-settings": (ANY, None),
     "PATCH /api/v1/me/notification-settings": (ANY, None),
+    # approvals_decide_many: each call is checked by access.may_decide and refused in the
+    # answer one by one (`may_not_decide`), never a 403 for the whole batch
+    # (tests/approvals/test_desk.py).
+    "POST /api/v1/approvals/decisions": (ANY, None),
 }
 
 

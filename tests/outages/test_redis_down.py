@@ -49,7 +49,7 @@ def browser(tmp_path):
 
 
 def _card(page, tool: str):
-    return page.locator("#inbox-groups article.approval-card", has_text=tool)
+    return page.locator("#desk-rows li.desk-row", has_text=tool)  # the desk's rows
 
 
 def _status(page) -> str:
