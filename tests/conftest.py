@@ -27,14 +27,15 @@ def pytest_configure(config):
 
 
 def _fast_password_hasher():
-    """MD5 instead of PBKDF2's 1,000,000 rounds: every persona fixture and sign-in hashes a
-    password. Tests run in-process only; the servers the live tests start are other processes
-    with the real hashers. The others stay listed, so a stored PBKDF2 hash still verifies."""
+    """PBKDF2 with one round instead of 1,000,000: every persona fixture and sign-in hashes a
+    password. The hash names its round count, so the live servers the tests start (other
+    processes, with the real hashers) verify it too; the others stay listed, so a stored hash of
+    any kind still verifies."""
     from django.conf import global_settings, settings
     from django.contrib.auth import hashers
 
     settings.PASSWORD_HASHERS = [
-        "django.contrib.auth.hashers.MD5PasswordHasher",
+        "tests.support.hashers.OneRoundPBKDF2PasswordHasher",
         *global_settings.PASSWORD_HASHERS,
     ]
     hashers.get_hashers.cache_clear()
