@@ -103,7 +103,7 @@ def test_the_card_page_from_a_mail_link_signs_in_and_lands_on_the_card_styled(on
     link = f"{page.base_url}/approvals/{call.public_id}/"
     page.goto(link, wait_until="domcontentloaded", timeout=30_000)  # signed out: sign in, back
     assert "/accounts/login/" in page.url
-    page.get_by_label("Principal id").fill("reviewer@a.example")
+    page.get_by_label("Email", exact=True).fill("reviewer@a.example")
     page.get_by_label("Password").fill("reviewer-pass-123")
     page.get_by_role("button", name="Sign in", exact=True).click()
     page.wait_for_url(link)
@@ -115,7 +115,9 @@ def test_the_card_page_from_a_mail_link_signs_in_and_lands_on_the_card_styled(on
     assert page.locator("nav[aria-label='Main']").is_visible()
     # Styled: the console's stylesheet and the desk's are applied (Bulma's box, our buttons).
     approve = card.get_by_role("button", name="Approve")
-    assert approve.evaluate("b => getComputedStyle(b).backgroundColor") == "rgb(20, 108, 46)"
+    assert (
+        approve.evaluate("b => getComputedStyle(b).backgroundColor") == "rgb(23, 112, 63)"
+    )  # the theme's --gavel-ok (#17703f): white on it 5.9:1
     assert card.evaluate("c => getComputedStyle(c).borderRadius") != "0px"
     shot(page, "desk-card-page-from-mail")
     # Deciding there stays there and says what happened.
