@@ -244,7 +244,7 @@ def _drive(chromium: str, base: str, slug: str, n: int):
         browser = pw.chromium.launch(executable_path=chromium, args=args, headless=True)
         page = browser.new_context(viewport={"width": 1440, "height": 900}).new_page()
         page.goto(f"{base}/accounts/login/?next=/approvals/")
-        page.get_by_label("Principal id").fill(f"reviewer@{slug}")
+        page.get_by_label("Email", exact=True).fill(f"reviewer@{slug}")
         page.get_by_label("Password").fill(PASSWORD)
         page.get_by_role("button", name="Sign in", exact=True).click()
         page.wait_for_url(f"{base}/approvals/")
