@@ -1,6 +1,7 @@
 """SIGTERM to a server process: the MCP calls it holds answer at once with the bounded hold's
 "call again with the same arguments" (gateway.flow.stop_waiting) instead of being dropped with
-the connection; then the server's own handler (daphne's: Twisted stops the reactor and cancels
+the connection, the results answered but not yet recorded are written (gateway.flow.Recorder);
+then the server's own handler (daphne's: Twisted stops the reactor and cancels
 every application) runs, once they are answered or after DRAIN_SECONDS.
 
 daphne runs no ASGI lifespan, and its own "before shutdown" trigger cancels the applications
@@ -33,6 +34,7 @@ def answer_waiting_on_sigterm() -> bool:
         end = loop.time() + DRAIN_SECONDS
         while flow.Waiting.held and loop.time() < end:
             await asyncio.sleep(0.05)
+        await flow.Recorder.drain(max(0.0, end - loop.time()))  # results answered, unrecorded
         await asyncio.sleep(FLUSH_SECONDS)
         previous(signum, frame)
 
