@@ -6,6 +6,7 @@ other."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import uuid
 
@@ -271,6 +272,37 @@ async def test_progress_notifications_while_a_call_waits(console):
     assert result.is_error is False
     assert len(seen) >= 2 and seen[0][0] < seen[1][0]
     assert approval["id"] in seen[0][1]
+
+
+async def test_a_client_cancelling_a_waiting_call_withdraws_it_and_it_never_runs(console):
+    """The official client abandons a waiting `tools/call` (its task cancelled): it sends
+    `notifications/cancelled`, the held call is withdrawn (its approval `cancelled`, the step's
+    result says so, audited) and nothing reaches the upstream."""
+    tag = uuid.uuid4().hex[:8]
+    asked = {"path": f"/srv/{tag}", "content": "never"}
+    async with mcp_client(mcp_url(console, "files"), console.keys["mcp"]) as session:
+        call = asyncio.create_task(session.call_tool("write_file", asked))
+        approval = await pending_for(console, "files.write_file", asked)
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        status = None
+        with console.api("decide") as api:
+            for _ in range(100):
+                items = api.get("/api/v1/approvals", params={"status": "cancelled"}).json()
+                if approval["id"] in [a["id"] for a in items["items"]]:
+                    status = "cancelled"
+                    break
+                await asyncio.sleep(0.1)
+        assert status == "cancelled"
+        # the session goes on: another call on it still works (and is held as usual)
+        other = {"path": f"/srv/{tag}-2", "content": "x"}
+        again = asyncio.create_task(session.call_tool("write_file", other))
+        second = await pending_for(console, "files.write_file", other)
+        await decide(console, second["id"], "deny")
+        assert (await asyncio.wait_for(again, 30)).is_error is True
+    assert [w for w in console.writes() if tag in w] == []
+    assert audit_actions(console, approval["toolCallId"]) == ["mcp.call.cancelled"]
 
 
 def _post(url: str, key: str | None, session_id: str | None = None) -> httpx.Response:
