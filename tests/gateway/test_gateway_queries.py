@@ -80,7 +80,8 @@ def test_a_rule_passed_call_costs_three_queries_before_upstream_and_its_record_i
     assert call.state == CallState.DONE and call.recorded and call.step
     approval = Approval.objects.get(pk=call.approval_id)
     assert approval.status == ApprovalStatus.APPROVED and approval.decided_by_rule_id == rule.pk
-    assert ToolResult.objects.get(tool_call_id=call.tool_call_id).result["content"][0]["text"] == "1"
+    stored = ToolResult.objects.get(tool_call_id=call.tool_call_id)
+    assert stored.result["content"][0]["text"] == "1"
     entry = AuditEvent.objects.get(action="mcp.call.forwarded", object_id=call.tool_call_id)
     assert entry.data["passedBy"] == rule.public_id and entry.data["decision"] == "approved"
     # recorded once: a second record (the sweep racing the write-behind) writes nothing
