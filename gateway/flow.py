@@ -53,18 +53,52 @@ def db(fn):
 
 
 class Recorder:
-    """The results recorded after they are answered: this process's pending records."""
+    """The results recorded after they are answered: this process's pending records. Passed
+    calls' records are written in batches (records.calls_record_passed: one transaction, a
+    run's calls in one ingest batch), after DELAY_SECONDS or BATCH of them, whichever first;
+    other results (a held call's, its step written before) one by one at once. At most
+    BACKLOG wait: a new call waits for room (back-pressure, never an unbounded queue)."""
 
-    BACKLOG = 64
-    pending: ClassVar[set] = set()
+    BACKLOG = 256
+    BATCH = 100
+    DELAY_SECONDS = 0.1
+    queue: ClassVar[list] = []
+    pending: ClassVar[set] = set()  # tasks: the flusher, and single records
+    flushed: ClassVar[asyncio.Event | None] = None
+    flusher: ClassVar[asyncio.Task | None] = None
 
     @classmethod
     async def later(cls, fn, **kwargs) -> None:
-        while len(cls.pending) >= cls.BACKLOG:  # back-pressure: never an unbounded queue
-            await asyncio.wait(set(cls.pending), return_when=asyncio.FIRST_COMPLETED)
-        task = asyncio.get_running_loop().create_task(cls._write(fn, kwargs))
+        if fn is not records.call_record_passed:
+            cls._start(cls._write(fn, kwargs))
+            return
+        while len(cls.queue) >= cls.BACKLOG:
+            cls.flushed = cls.flushed or asyncio.Event()
+            await cls.flushed.wait()
+        cls.queue.append((kwargs["call"], kwargs["result"], kwargs["key"]))
+        if cls.flusher is None or cls.flusher.done():
+            cls.flusher = cls._start(cls._flush())
+
+    @classmethod
+    def _start(cls, coroutine) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coroutine)
         cls.pending.add(task)
         task.add_done_callback(cls.pending.discard)
+        return task
+
+    @classmethod
+    async def _flush(cls) -> None:
+        while cls.queue:
+            if len(cls.queue) < cls.BATCH and not Waiting.stopping:
+                await asyncio.sleep(cls.DELAY_SECONDS)
+            batch, cls.queue[:] = cls.queue[: cls.BATCH], cls.queue[cls.BATCH :]
+            try:
+                await db(records.calls_record_passed)(items=batch)
+            except Exception:  # the rows say `recorded` false: the sweep writes them
+                log.exception("recording %s MCP calls failed; the sweep records them", len(batch))
+            if cls.flushed is not None:
+                cls.flushed.set()
+                cls.flushed = None
 
     @staticmethod
     async def _write(fn, kwargs) -> None:
@@ -75,6 +109,8 @@ class Recorder:
 
     @classmethod
     async def drain(cls, timeout: float) -> None:
+        """Wait for what is pending (a stopping server: `Waiting.stopping` is set, the flusher
+        writes without waiting for a batch to fill)."""
         if cls.pending:
             await asyncio.wait(set(cls.pending), timeout=timeout)
 

@@ -358,49 +358,90 @@ def call_pass(
     return call
 
 
-@transaction.atomic
 def call_record_passed(*, call: McpCall, result: dict | None, key) -> bool:
-    """A passed call's record, in one transaction: its step (started, the tool call, for a
-    rule's pass its held call decided by that rule, the result, finished) through runs'
-    ingest, the McpCall's result, and the `mcp.call.forwarded` audit entry. `result` None:
-    the process that sent it stopped before it recorded the result (the sweep). Only the
-    first record of a call writes (False: it was recorded already)."""
-    if not McpCall.objects.filter(pk=call.pk, recorded=False).update(recorded=True):
-        return False
-    session = call.session
-    run = _locked_run(session)
-    lost = result is None
-    result = (
-        {"content": [{"type": "text", "text": NOT_RECORDED}], "isError": True} if lost else result
+    """One passed call's record (calls_record_passed). False: it was recorded already."""
+    return bool(calls_record_passed(items=[(call, result, key)]))
+
+
+@transaction.atomic
+def calls_record_passed(*, items: list) -> int:
+    """Passed calls' records, `items` (call, result, key) in the order they were answered, in
+    one transaction, a run's calls in one batch of runs' ingest: each call's step (started,
+    the tool call, for a rule's pass its held call decided by that rule, the result,
+    finished), the McpCall's result, and its `mcp.call.forwarded` audit entry. A result None:
+    the process that sent it stopped before it recorded it (the sweep). Only the first record
+    of a call writes (one recorded already is skipped); a run whose batch fails is left
+    unrecorded for the sweep, the others are written. Returns how many it recorded."""
+    by_session: dict[int, list] = {}
+    for item in items:
+        by_session.setdefault(item[0].session_id, []).append(item)
+    recorded = 0
+    for group in by_session.values():
+        try:
+            with transaction.atomic():
+                recorded += _record_run(group)
+        except Exception:  # noqa: BLE001 - the rows stay `recorded` false: the sweep retries
+            log.exception("recording MCP calls of session %s failed", group[0][0].session_id)
+    return recorded
+
+
+def _record_run(items: list) -> int:
+    mine = set(
+        McpCall.objects.select_for_update(skip_locked=True)
+        .filter(pk__in=[c.pk for c, _, _ in items], recorded=False)
+        .values_list("pk", flat=True)
     )
-    by_rule = call.passed_by != READ_ONLY
-    approval = None
-    if not run.is_finished:
-        call.step = run.steps + 1
-        events = _call_events(
+    items = [item for item in items if item[0].pk in mine]
+    if not items:
+        return 0
+    session = items[0][0].session
+    run = _locked_run(session)
+    events, done = [], []
+    for call, result, key in items:
+        lost = result is None
+        if lost:
+            result = {"content": [{"type": "text", "text": NOT_RECORDED}], "isError": True}
+        done.append((call, result, key, lost))
+        if run.is_finished:
+            continue
+        call.step = run.steps + 1 + len(events) // 5  # each passed call: one step of its own
+        seq = run.last_seq + len(events)
+        step_events = _call_events(
             run=run,
-            seq=run.last_seq,
+            seq=seq,
             step=call.step,
             server=call.server,
             tool=call.tool,
             tool_call_id=call.tool_call_id,
             arguments=call.arguments,
-            held=by_rule,
+            held=True,
         )
-        events += _result_events(seq=run.last_seq + len(events), call=call, result=result)
+        if call.passed_by == READ_ONLY:  # no held call (the events are numbered again below)
+            step_events[2] = {**step_events[2], "type": "_none"}
+        events += step_events + _result_events(seq=seq + 3, call=call, result=result)
+    events = _renumbered([e for e in events if e["type"] != "_none"], first=run.last_seq + 1)
+    if events:
         _apply(session=session, run=run, events=events)
-        if by_rule:
+    now = timezone.now()
+    for call, result, key, lost in done:
+        approval = None
+        if call.passed_by != READ_ONLY and not run.is_finished:
             approval = _approved_by(run=run, call=call)
-    McpCall.objects.filter(pk=call.pk).update(
-        step=call.step,
-        approval=approval,
-        state=CallState.DONE,
-        result=result,
-        finished_at=timezone.now(),
-    )
-    call.approval = approval
-    _audit_finish(call=call, result=result, key=key, forwarded=True, lost=lost)
-    return True
+        McpCall.objects.filter(pk=call.pk).update(
+            step=call.step,
+            approval=approval,
+            state=CallState.DONE,
+            result=result,
+            finished_at=now,
+            recorded=True,
+        )
+        call.approval = approval
+        _audit_finish(call=call, result=result, key=key, forwarded=True, lost=lost)
+    return len(done)
+
+
+def _renumbered(events: list, *, first: int) -> list:
+    return [{**event, "seq": first + i} for i, event in enumerate(events)]
 
 
 def _approved_by(*, run, call: McpCall):

@@ -183,9 +183,15 @@ async def test_a_rule_decides_without_a_human(console):
         async with mcp_client(mcp_url(console, "files"), console.keys["mcp"]) as session:
             result = await asyncio.wait_for(session.call_tool("echo", {"text": "hi"}), 30)
         assert result.is_error is False and text_of(result) == "hi"
+        # recorded right after the answer (gateway/flow.py's Recorder: within ~0.1 s)
+        mine = []
         with console.api("decide") as api:
-            approvals = api.get("/api/v1/approvals", params={"status": "approved"}).json()
-        mine = [a for a in approvals["items"] if a["toolName"] == "files.echo"]
+            for _ in range(50):
+                approvals = api.get("/api/v1/approvals", params={"status": "approved"}).json()
+                mine = [a for a in approvals["items"] if a["toolName"] == "files.echo"]
+                if mine:
+                    break
+                await asyncio.sleep(0.1)
         assert mine and mine[0]["decidedByRule"] == rule.json()["id"]
     finally:
         with console.api("rules") as api:

@@ -136,3 +136,25 @@ def test_the_sweep_records_a_passed_call_a_stopped_process_left(ungated):
     assert _types(session)[-5:] == STEP
     entry = AuditEvent.objects.get(action="mcp.call.forwarded", object_id=call.tool_call_id)
     assert entry.data["resultRecorded"] is False and entry.data["passedBy"] == rule.public_id
+
+
+def test_passed_calls_of_one_run_are_recorded_in_one_batch(ungated):
+    session, key, rule = ungated
+    calls = [
+        records.call_pass(session=session, tool="echo", arguments={"n": 10}, read_only=False),
+        records.call_pass(session=session, tool="read", arguments={"n": 11}, read_only=True),
+        records.call_pass(session=session, tool="echo", arguments={"n": 12}, read_only=False),
+    ]
+    items = [(c, {"content": [{"type": "text", "text": str(i)}]}, key) for i, c in enumerate(calls)]
+    with CaptureQueriesContext(connection) as batch:
+        assert records.calls_record_passed(items=items) == 3
+    _show("three passed calls recorded in one batch", batch)
+    steps = [McpCall.objects.get(pk=c.pk).step for c in calls]
+    assert steps == [steps[0], steps[0] + 1, steps[0] + 2]
+    assert _types(session)[-14:] == STEP + STEP[:2] + STEP[3:] + STEP
+    seqs = list(RunEvent.objects.filter(run_id=session.run_id).values_list("seq", flat=True))
+    assert sorted(seqs) == list(range(1, len(seqs) + 1))  # contiguous
+    approved = Approval.objects.filter(tool_call_id__in=[c.tool_call_id for c in calls])
+    assert [a.status for a in approved] == [ApprovalStatus.APPROVED] * 2
+    assert AuditEvent.objects.filter(action="mcp.call.forwarded").count() == 4  # + the first
+    assert records.calls_record_passed(items=items) == 0  # once
