@@ -140,6 +140,8 @@ def _run_finish(*, session: McpSession, reason: str) -> bool:
     )
     if waiting.exists():  # finishing would cancel them: a client that restarts re-attaches
         return False
+    if McpCall.objects.filter(session=session, recorded=False).exists():
+        return False  # answered calls whose steps are still to be written: finished after them
     run = access.run_in_tenant(
         tenant_id=session.tenant_id, run_id=session.run.external_id, for_update=True
     )
@@ -437,6 +439,10 @@ def _record_run(items: list) -> int:
         )
         call.approval = approval
         _audit_finish(call=call, result=result, key=key, forwarded=True, lost=lost)
+    closed = McpSession.objects.filter(pk=session.pk, closed_at__isnull=False)
+    reason = closed.values_list("close_reason", flat=True).first()
+    if reason is not None and not run.is_finished:  # ended while these were being written
+        _run_finish(session=session, reason=reason or "deleted")
     return len(done)
 
 

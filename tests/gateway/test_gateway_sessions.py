@@ -132,3 +132,15 @@ def test_another_sessions_cancel_does_not_reach_a_call(opened):
     )
     assert records.call_cancel(session=other, request_id="5", key=key) is None
     assert Approval.objects.get(pk=call.approval_id).status == ApprovalStatus.PENDING
+
+
+def test_a_session_deleted_before_its_passed_calls_are_recorded_finishes_after_them(opened):
+    session, key, _ = opened
+    call = records.call_pass(session=session, tool="read", arguments={}, read_only=True)
+    records.session_close(session=session, reason="deleted")  # the client's DELETE came first
+    assert _run(session).status != "done"
+    assert records.call_record_passed(call=call, result={"content": []}, key=key)
+    run = _run(session)
+    assert run.status == "done"
+    types = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("type", flat=True))
+    assert types[-5:] == ["step.started", "message", "tool.result", "step.finished", "run.finished"]
