@@ -38,6 +38,10 @@ NOT_RECORDED = (
 )
 
 
+def _error_result(text: str) -> dict:
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
 def canonical(arguments) -> str:
     """The call's identity for re-attachment: its arguments with sorted keys, no spaces."""
     text = json.dumps(arguments or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -402,7 +406,7 @@ def _record_run(items: list) -> int:
     for call, result, key in items:
         lost = result is None
         if lost:
-            result = {"content": [{"type": "text", "text": NOT_RECORDED}], "isError": True}
+            result = _error_result(NOT_RECORDED)
         done.append((call, result, key, lost))
         if run.is_finished:
             continue
@@ -507,7 +511,7 @@ def call_finish(*, call: McpCall, result: dict | None, key, forwarded: bool) -> 
     from_state = CallState.FORWARDING if forwarded else CallState.HELD
     lost = result is None
     if lost:
-        result = {"content": [{"type": "text", "text": NOT_RECORDED}], "isError": True}
+        result = _error_result(NOT_RECORDED)
     won = McpCall.objects.filter(pk=call.pk, state=from_state).update(
         state=state, result=result, finished_at=timezone.now(), recorded=True
     )
@@ -578,12 +582,7 @@ def call_cancel(*, session: McpSession, request_id: str, key) -> McpCall | None:
         return None
     approvals_cancel(approvals=[call.approval])
     call.approval.refresh_from_db()
-    body = {
-        "content": [
-            {"type": "text", "text": cancelled_text(server=call.server.name, tool=call.tool)}
-        ],
-        "isError": True,
-    }
+    body = _error_result(cancelled_text(server=call.server.name, tool=call.tool))
     McpCall.objects.filter(pk=call.pk).update(
         state=CallState.REFUSED, result=body, finished_at=timezone.now(), recorded=True
     )
