@@ -234,9 +234,12 @@ def _resolve(header: str, name: str, session_id: str | None, scope):
         ) or records.session_find(server=server, key=key, public_id=session_id)
         if session is None:
             raise NotFound("no such MCP session", code="session_not_found")
-        if records.session_idle(session):
-            records.session_close(session=session, reason="idle")
-            raise NotFound("the MCP session ended: it was idle", code="session_not_found")
+        if records.session_idle(session):  # this copy says so: the row decides
+            session = records.session_find(server=server, key=key, public_id=session_id)
+            if session is None or records.session_idle(session):
+                if session is not None:
+                    records.session_close(session=session, reason="idle")
+                raise NotFound("the MCP session ended: it was idle", code="session_not_found")
         records.session_touch(session=session)
         edge.keep_session(session)
     return key, server, session

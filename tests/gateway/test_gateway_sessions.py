@@ -144,3 +144,13 @@ def test_a_session_deleted_before_its_passed_calls_are_recorded_finishes_after_t
     assert run.status == "done"
     types = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("type", flat=True))
     assert types[-5:] == ["step.started", "message", "tool.result", "step.finished", "run.finished"]
+
+
+def test_a_stale_copy_of_a_session_used_elsewhere_does_not_close_it(opened):
+    session, key, header = opened
+    edge.keep_session(session)
+    session.last_used_at = timezone.now() - timedelta(hours=1)  # this process's copy is old
+    # ...but another process used the session just now (its row says so)
+    _, _, kept = asgi._resolve(header, "files", session.public_id, SCOPE)
+    assert kept.closed_at is None
+    assert McpSession.objects.get(pk=session.pk).closed_at is None
