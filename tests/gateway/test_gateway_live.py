@@ -456,6 +456,43 @@ async def test_sigterm_answers_a_waiting_call_with_call_again_at_once(console, t
     )
 
 
+async def test_sigterm_writes_the_passed_calls_answered_but_not_yet_recorded(console, tmp_path):
+    """Rule-passed calls are answered first and recorded right after (gateway/flow.py's
+    Recorder): a server stopped by SIGTERM at once writes every one before it exits."""
+    import signal
+
+    from tests.gateway.live import DAPHNE, free_port, process
+
+    with console.api("rules") as api:
+        rule = api.post(
+            "/api/v1/rules",
+            json={"name": "echo passes", "effect": "approve", "toolPattern": "files.echo"},
+        )
+        assert rule.status_code == 201, rule.text
+    tag = uuid.uuid4().hex[:8]
+    port = free_port()
+    args = [DAPHNE, "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
+    try:
+        with process(args, console.env, tmp_path / "recording.log", port, "daphne") as proc:
+            base = f"http://127.0.0.1:{port}"
+            async with mcp_client(mcp_url(console, "files", base), console.keys["mcp"]) as s:
+                for i in range(5):
+                    answer = await s.call_tool("echo", {"text": f"{tag}-{i}"})
+                    assert answer.is_error is False
+                proc.send_signal(signal.SIGTERM)  # at once: records may still be pending
+            proc.wait(15)
+        with console.api("decide") as api:
+            items = api.get("/api/v1/approvals", params={"status": "approved", "limit": 200})
+        mine = [a for a in items.json()["items"] if tag in str(a["arguments"])]
+        assert sorted(a["arguments"]["text"] for a in mine) == [f"{tag}-{i}" for i in range(5)]
+        assert {a["decidedByRule"] for a in mine} == {rule.json()["id"]}
+        for approval in mine:
+            assert audit_actions(console, approval["toolCallId"]) == ["mcp.call.forwarded"]
+    finally:
+        with console.api("rules") as api:
+            api.delete(f"/api/v1/rules/{rule.json()['id']}")
+
+
 async def test_deleting_the_session_finishes_its_run(console):
     run_id = f"mcp-delete-{uuid.uuid4().hex[:8]}"
     headers = {"X-Gavel-Run-Id": run_id}
