@@ -55,13 +55,17 @@ def db(fn):
 class Recorder:
     """The results recorded after they are answered: this process's pending records. Passed
     calls' records are written in batches (records.calls_record_passed: one transaction, a
-    run's calls in one ingest batch), after DELAY_SECONDS or BATCH of them, whichever first;
+    run's calls in one ingest batch), once no record came for IDLE_SECONDS (the process is
+    between calls: the writing then takes no CPU from a call), at the latest MAX_DELAY_SECONDS
+    after the oldest, or at BATCH of them;
     other results (a held call's, its step written before) one by one at once. At most
     BACKLOG wait: a new call waits for room (back-pressure, never an unbounded queue)."""
 
     BACKLOG = 256
-    BATCH = 100
-    DELAY_SECONDS = 0.1
+    BATCH = 200
+    IDLE_SECONDS = 0.02
+    MAX_DELAY_SECONDS = 1.0
+    last_added: ClassVar[float] = 0.0
     queue: ClassVar[list] = []
     pending: ClassVar[set] = set()  # tasks: the flusher, and single records
     flushed: ClassVar[asyncio.Event | None] = None
@@ -76,6 +80,7 @@ class Recorder:
             cls.flushed = cls.flushed or asyncio.Event()
             await cls.flushed.wait()
         cls.queue.append((kwargs["call"], kwargs["result"], kwargs["key"]))
+        cls.last_added = asyncio.get_running_loop().time()
         if cls.flusher is None or cls.flusher.done():
             cls.flusher = cls._start(cls._flush())
 
@@ -88,9 +93,15 @@ class Recorder:
 
     @classmethod
     async def _flush(cls) -> None:
+        loop = asyncio.get_running_loop()
         while cls.queue:
-            if len(cls.queue) < cls.BATCH and not Waiting.stopping:
-                await asyncio.sleep(cls.DELAY_SECONDS)
+            latest = loop.time() + cls.MAX_DELAY_SECONDS
+            while len(cls.queue) < cls.BATCH and not Waiting.stopping:
+                now = loop.time()
+                quiet_at = cls.last_added + cls.IDLE_SECONDS
+                if now >= quiet_at or now >= latest:
+                    break
+                await asyncio.sleep(min(quiet_at, latest) - now)
             batch, cls.queue[:] = cls.queue[: cls.BATCH], cls.queue[cls.BATCH :]
             try:
                 await db(records.calls_record_passed)(items=batch)

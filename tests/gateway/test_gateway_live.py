@@ -183,7 +183,7 @@ async def test_a_rule_decides_without_a_human(console):
         async with mcp_client(mcp_url(console, "files"), console.keys["mcp"]) as session:
             result = await asyncio.wait_for(session.call_tool("echo", {"text": "hi"}), 30)
         assert result.is_error is False and text_of(result) == "hi"
-        # recorded right after the answer (gateway/flow.py's Recorder: within ~0.1 s)
+        # recorded right after the answer (gateway/flow.py's Recorder: within ~1 s)
         mine = []
         with console.api("decide") as api:
             for _ in range(50):
