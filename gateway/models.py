@@ -62,6 +62,9 @@ class McpSession(models.Model):
     last_used_at = models.DateTimeField(default=timezone.now)
     closed_at = models.DateTimeField(null=True, blank=True)
     close_reason = models.CharField(max_length=32, blank=True)  # "deleted", "idle"
+    # closed, its run left open while a call waits or is still to be recorded (the sweep
+    # finishes the run once none does)
+    finishing = models.BooleanField(default=False)
 
     class Meta:
         indexes = [
@@ -69,7 +72,12 @@ class McpSession(models.Model):
                 fields=["last_used_at"],
                 condition=models.Q(closed_at__isnull=True),
                 name="mcp_session_open_used",
-            )
+            ),
+            models.Index(
+                fields=["closed_at"],
+                condition=models.Q(finishing=True),
+                name="mcp_session_finishing",
+            ),
         ]
 
 

@@ -27,7 +27,6 @@ from gateway import edge
 from gateway.models import CallState, McpCall, McpServer, McpSession
 from runs import access
 from runs import schemas as s
-from runs.models import RunStatus
 from runs.services.ingest import run_admit, run_events_apply
 
 log = logging.getLogger(__name__)
@@ -138,19 +137,23 @@ def session_close(*, session: McpSession, reason: str = "deleted") -> None:
 
 
 def _run_finish(*, session: McpSession, reason: str) -> bool:
-    """Finish the closed session's run unless a call of it still waits for a decision."""
+    """Finish the closed session's run unless a call of it still waits for a decision or is
+    still to be recorded; the session stays marked `finishing` for the sweep until then.
+    True when the run is finished (now, or already)."""
     waiting = McpCall.objects.filter(
         session=session, state=CallState.HELD, approval__status=ApprovalStatus.PENDING
     )
-    if waiting.exists():  # finishing would cancel them: a client that restarts re-attaches
+    # finishing would cancel a waiting call (a client that restarts re-attaches to it); an
+    # answered call whose step is still to be written: finished after it
+    later = waiting.exists() or McpCall.objects.filter(session=session, recorded=False).exists()
+    McpSession.objects.filter(pk=session.pk).update(finishing=later)
+    if later:
         return False
-    if McpCall.objects.filter(session=session, recorded=False).exists():
-        return False  # answered calls whose steps are still to be written: finished after them
     run = access.run_in_tenant(
         tenant_id=session.tenant_id, run_id=session.run.external_id, for_update=True
     )
     if run.is_finished:
-        return False
+        return True
     finished = {
         "type": "run.finished",
         "seq": run.last_seq + 1,
@@ -626,9 +629,7 @@ def gateway_sweep(*, now=None) -> int:
     )[:SWEEP_BATCH]:
         session_close(session=session, reason="idle")
         done += 1
-    for session in McpSession.objects.filter(
-        closed_at__isnull=False, run__status__in=[RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL]
-    ).select_related("run")[:SWEEP_BATCH]:
+    for session in McpSession.objects.filter(finishing=True).select_related("run")[:SWEEP_BATCH]:
         with transaction.atomic():
             done += _run_finish(session=session, reason=session.close_reason or "deleted")
     return done

@@ -154,3 +154,16 @@ def test_a_stale_copy_of_a_session_used_elsewhere_does_not_close_it(opened):
     _, _, kept = asgi._resolve(header, "files", session.public_id, SCOPE)
     assert kept.closed_at is None
     assert McpSession.objects.get(pk=session.pk).closed_at is None
+
+
+def test_the_sweep_looks_only_at_closed_sessions_whose_runs_wait(opened):
+    session, key, _ = opened
+    call = _held(session)
+    records.session_close(session=session, reason="deleted")
+    assert McpSession.objects.get(pk=session.pk).finishing  # a call waits: the run stays open
+    records.gateway_sweep()
+    assert McpSession.objects.get(pk=session.pk).finishing
+    Approval.objects.filter(pk=call.approval_id).update(status=ApprovalStatus.EXPIRED)
+    records.gateway_sweep()
+    assert not McpSession.objects.get(pk=session.pk).finishing
+    assert _run(session).status == "done"
