@@ -12,12 +12,11 @@ from datetime import datetime, time
 from zoneinfo import ZoneInfo
 
 from django import forms
-from pydantic import BaseModel, ValidationError
 
 from approvals.models import WebhookEvent
 from approvals.schemas_webhooks import WebhookIn
-from console.core.errors import GavelError
 from console.directory.schemas.keys import KeyIn, TenantPatch
+from console.web.forms import SchemaForm
 
 SCOPE_CHOICES = (
     ("ingest", "ingest: write runs, read decisions (agent runtimes)"),
@@ -28,53 +27,11 @@ SCOPE_CHOICES = (
 EVENT_CHOICES = tuple((e.value, e.value) for e in WebhookEvent)
 
 
-class ApiForm(forms.Form):
-    """A form whose fields make a wire body that an API schema validates. `FIELD_OF` maps a
-    wire path's first segment to the form field its errors belong to."""
+class KeysPageForm(SchemaForm):
+    """These pages' forms: a type error's "Value error, " prefix is not shown."""
 
-    SCHEMA: type[BaseModel]
-    FIELD_OF: dict[str, str] = {}
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.payload = None
-
-    def body(self) -> dict:  # pragma: no cover - each form says
-        raise NotImplementedError
-
-    def _field(self, path) -> str | None:
-        parts = [str(p) for p in path if str(p) not in ("body", "payload")]
-        return self.FIELD_OF.get(parts[0]) if parts else None
-
-    def clean(self):
-        data = super().clean()
-        body = self.body()
-        unreadable = set(self.errors)
-        try:
-            payload = self.SCHEMA.model_validate(body)
-        except ValidationError as error:
-            for problem in error.errors():
-                field = self._field(problem.get("loc", ()))
-                if field not in unreadable:
-                    self.add_error(field, _message(problem))
-            return data
-        if not unreadable:
-            self.payload = payload
-        return data
-
-    def refused(self, error: GavelError) -> None:
-        """A service's 422 shown on the field its details name (else above the form)."""
-        details = error.details if isinstance(error.details, list) else []
-        for detail in details:
-            path = str(detail.get("path", "")).split(".")
-            self.add_error(self._field(path), detail.get("message"))
-        if not details:
-            self.add_error(None, error.message)
-
-
-def _message(problem: dict) -> str:
-    message = problem.get("msg", "invalid")
-    return message.removeprefix("Value error, ")
+    def message_for(self, path, message: str) -> str:
+        return message.removeprefix("Value error, ")
 
 
 def _number(text: str):
@@ -92,9 +49,9 @@ def _number(text: str):
 # --- keys ---
 
 
-class KeyForm(ApiForm):
-    SCHEMA = KeyIn
-    FIELD_OF = {
+class KeyForm(KeysPageForm):
+    schema = KeyIn
+    field_of = {
         "name": "name",
         "scopes": "scopes",
         "principalId": "principal_id",
@@ -144,9 +101,9 @@ class KeyForm(ApiForm):
 # --- webhooks ---
 
 
-class WebhookForm(ApiForm):
-    SCHEMA = WebhookIn
-    FIELD_OF = {"url": "url", "events": "events", "format": "format"}
+class WebhookForm(KeysPageForm):
+    schema = WebhookIn
+    field_of = {"url": "url", "events": "events", "format": "format"}
 
     url = forms.CharField(required=False, label="URL")
     events = forms.MultipleChoiceField(required=False, choices=EVENT_CHOICES, label="Events")
@@ -164,12 +121,12 @@ class WebhookForm(ApiForm):
 # --- the tenant's settings ---
 
 
-class SettingsForm(ApiForm):
+class SettingsForm(KeysPageForm):
     """The whole settings form; only what differs from the tenant's settings is sent (a
     PATCH), and the Slack signing secret only when typed (or removed with its box)."""
 
-    SCHEMA = TenantPatch
-    FIELD_OF = {
+    schema = TenantPatch
+    field_of = {
         "name": "name",
         "allowSelfApproval": "allow_self_approval",
         "approvalTtlSeconds": "approval_ttl_minutes",
