@@ -102,7 +102,7 @@ def test_only_admins_see_the_page(client, lead_a):
 def test_the_known_actions_are_the_tenants_distinct_actions_sorted(
     admin_client, tenant_a, tenant_b
 ):
-    from console.manage.selectors_audit import known_actions
+    from console.audit.selectors import known_actions
 
     for n, action in enumerate(["budget.updated", "apikey.created", "budget.updated", "z.last"]):
         put(tenant_a, n, action=action)
