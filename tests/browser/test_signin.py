@@ -10,7 +10,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture
 def two_tenant_alice(tenant_a, tenant_b):
-    from console.directory.services import principal_create
+    from console.directory.services.principals import principal_create
     from tests.support.factories import RunFactory
 
     for tenant in (tenant_a, tenant_b):

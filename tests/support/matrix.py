@@ -19,7 +19,8 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RoutePattern
 
 from console.core.crypto import encrypt
-from console.directory.services import api_key_create, role_create
+from console.directory.services import api_key_create
+from console.directory.services.roles import role_create
 from console.models import CAPABILITIES, Team, TenantOidc
 from console.web.auth import BrowserSession, KeyAuth
 from tests.support.factories import ApprovalFactory, PrincipalFactory, RunFactory, TenantFactory

@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from django.test import Client
 
 from console.directory import access, signin
-from console.directory.services import principal_create
+from console.directory.services.principals import principal_create
 from console.models import Principal, Role, SigninThrottle
 from tests.support.factories import ApprovalFactory, RunFactory
 from tests.support.sockets import close_code, hello, open_socket

@@ -164,3 +164,47 @@ def test_the_upgrade_gives_existing_admin_and_lead_roles_manage_rules():
     assert caps["reviewer"] == ["view_runs", "decide"]
     migration.revoke(apps, None)
     assert Role.objects.get(tenant__slug="acme", name="lead").capabilities == old
+
+
+@pytest.mark.django_db
+def test_the_commands_write_through_the_apis_writers_one_audit_shape_per_action():
+    """create_principal and create_role are audited exactly as the API's writers audit: the
+    new object's wire form (`after`), a change as before -> after, and a run that changes
+    nothing writes nothing. A team the command names is created (and audited) by the team
+    writer."""
+    from console.models import AuditEvent
+
+    run("create_tenant", "acme")
+    run("create_role", "--tenant", "acme", "refunds", "--capabilities", "decide")
+    created = AuditEvent.objects.get(action="role.created", object_id="refunds")
+    assert created.before is None and not created.data
+    assert created.after == {
+        "name": "refunds",
+        "capabilities": ["decide"],
+        "decideTools": [],
+        "slackDecide": True,
+    }
+    run("create_role", "--tenant", "acme", "refunds", "--decide-tools", "refund_*")
+    changed = AuditEvent.objects.get(action="role.updated", object_id="refunds")
+    assert changed.before["decideTools"] == [] and changed.after["decideTools"] == ["refund_*"]
+
+    run("create_principal", "--tenant", "acme", "carol", "--role", "refunds", "--team", "support")
+    assert AuditEvent.objects.filter(action="team.created", object_id="support").count() == 1
+    entry = AuditEvent.objects.get(action="principal.created", object_id="carol")
+    assert not entry.data  # no second shape ({"roles", "teams", "login"})
+    assert entry.after == {
+        "id": "carol",
+        "name": "",
+        "email": "",
+        "roles": ["refunds"],
+        "teams": ["support"],
+        "active": True,
+        "reviewed": True,
+        "canSignIn": False,
+    }
+    run("create_principal", "--tenant", "acme", "carol", "--role", "refunds", "--team", "support")
+    assert not AuditEvent.objects.filter(action="principal.updated", object_id="carol").exists()
+    run("create_principal", "--tenant", "acme", "carol", "--role", "viewer", "--name", "Carol")
+    update = AuditEvent.objects.get(action="principal.updated", object_id="carol")
+    assert update.before["roles"] == ["refunds"] and update.before["name"] == ""
+    assert update.after["roles"] == ["refunds", "viewer"] and update.after["name"] == "Carol"
