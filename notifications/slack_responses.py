@@ -38,15 +38,7 @@ def slack_response_enqueue(*, tenant_id: int, url, body: dict) -> SlackResponse 
 
 
 def _claim(row: SlackResponse, now) -> bool:
-    return (
-        SlackResponse.objects.filter(
-            pk=row.pk,
-            status=SlackResponseStatus.PENDING,
-            attempts=row.attempts,
-            next_attempt_at__lte=now,
-        ).update(next_attempt_at=now + outbox.LEASE)
-        == 1
-    )
+    return outbox.claim(row, now, pending=SlackResponseStatus.PENDING)
 
 
 def _send(url: str, body: bytes, client) -> tuple[int | None, str]:
