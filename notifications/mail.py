@@ -137,9 +137,4 @@ def _close(connection) -> None:
 
 def email_next_due():
     """When the soonest pending mail is due (None: nothing pending)."""
-    return (
-        OutboundEmail.objects.filter(state=EmailState.PENDING)
-        .order_by("next_attempt_at")
-        .values_list("next_attempt_at", flat=True)
-        .first()
-    )
+    return outbox.soonest_due(OutboundEmail.objects.filter(state=EmailState.PENDING))

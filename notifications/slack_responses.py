@@ -93,9 +93,4 @@ def slack_responses_run_due(*, now=None, client: httpx.Client | None = None, lim
 
 def slack_response_next_due():
     """When the soonest pending response is due (None: nothing pending)."""
-    return (
-        SlackResponse.objects.filter(status=SlackResponseStatus.PENDING)
-        .order_by("next_attempt_at")
-        .values_list("next_attempt_at", flat=True)
-        .first()
-    )
+    return outbox.soonest_due(SlackResponse.objects.filter(status=SlackResponseStatus.PENDING))

@@ -397,9 +397,5 @@ def webhook_deliveries_run_due(*, now=None, client: httpx.Client | None = None, 
 
 def webhook_next_due():
     """When the soonest pending delivery is due (None: nothing pending)."""
-    return (
-        WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, webhook__is_active=True)
-        .order_by("next_attempt_at")
-        .values_list("next_attempt_at", flat=True)
-        .first()
-    )
+    pending = WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, webhook__is_active=True)
+    return outbox.soonest_due(pending)

@@ -76,6 +76,11 @@ def attempt_fields(
     return fields
 
 
+def soonest_due(pending) -> datetime | None:
+    """When the soonest of an outbox's pending rows (a queryset) is due (None: none)."""
+    return pending.order_by("next_attempt_at").values_list("next_attempt_at", flat=True).first()
+
+
 # --- outbound HTTP: fair claims, a bounded pool ---
 
 
