@@ -76,10 +76,7 @@ def _cursor(raw: str | None, *, tenant) -> int | None:
     (which counts every tenant's entries: finding L2)."""
     if raw is None:
         return None
-    try:
-        wire = paging.decode(raw)
-    except ValueError:
-        raise _not_ours() from None
+    wire = paging.read(paging.decode, raw, message="the audit log's filters are invalid")
     if not wire.startswith("i" + auditchain.PUBLIC_ID_PREFIX):
         raise _not_ours()
     rows = AuditEvent.objects.filter(tenant_id=tenant.pk)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from django.db.models import Count, Prefetch, Q
 
 from console.core import paging
-from console.core.errors import Invalid
 from console.directory import access
 from console.directory.schemas.directory import principal_snapshot, role_snapshot, team_snapshot
 from console.models import Principal, Role, Team
@@ -15,14 +14,7 @@ from console.models import Principal, Role, Team
 def _cursor(raw: str | None, tag: str) -> int:
     if raw is None:
         return 0
-    try:
-        return paging.decode_tagged(tag, raw)
-    except ValueError:
-        raise Invalid(
-            "cursor: not a cursor this server issued",
-            code="validation_error",
-            details=[{"path": "query.cursor", "message": "not a cursor this server issued"}],
-        ) from None
+    return paging.read(lambda c: paging.decode_tagged(tag, c), raw)
 
 
 def _page(qs, *, limit: int, cursor: str | None, tag: str, resource) -> dict:
