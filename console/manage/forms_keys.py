@@ -1,7 +1,7 @@
-"""The forms of /manage/keys/, /manage/webhooks/ and /manage/settings/.
+"""The forms of /manage/keys/ and /manage/settings/ (/manage/webhooks/'s is approvals').
 
 They only translate: form fields become the API's body, validated by the API's own schemas
-(console.schemas_keys, approvals.schemas_webhooks), so a page accepts and refuses exactly what
+(console.directory.schemas.keys), so a page accepts and refuses exactly what
 the API does; the views then call the services the API calls, whose 422s land on the field
 their `details` name.
 """
@@ -13,10 +13,8 @@ from zoneinfo import ZoneInfo
 
 from django import forms
 
-from approvals.models import WebhookEvent
-from approvals.schemas_webhooks import WebhookIn
 from console.directory.schemas.keys import KeyIn, TenantPatch
-from console.web.forms import SchemaForm
+from console.web.forms import PlainSchemaForm
 
 SCOPE_CHOICES = (
     ("ingest", "ingest: write runs, read decisions (agent runtimes)"),
@@ -24,14 +22,6 @@ SCOPE_CHOICES = (
     ("manage", "manage: the management API, as its principal"),
     ("scim", "scim: user provisioning from your identity provider (SCIM 2.0; acts as no one)"),
 )
-EVENT_CHOICES = tuple((e.value, e.value) for e in WebhookEvent)
-
-
-class KeysPageForm(SchemaForm):
-    """These pages' forms: a type error's "Value error, " prefix is not shown."""
-
-    def message_for(self, path, message: str) -> str:
-        return message.removeprefix("Value error, ")
 
 
 def _number(text: str):
@@ -49,7 +39,7 @@ def _number(text: str):
 # --- keys ---
 
 
-class KeyForm(KeysPageForm):
+class KeyForm(PlainSchemaForm):
     schema = KeyIn
     field_of = {
         "name": "name",
@@ -98,30 +88,10 @@ class KeyForm(KeysPageForm):
         return body
 
 
-# --- webhooks ---
-
-
-class WebhookForm(KeysPageForm):
-    schema = WebhookIn
-    field_of = {"url": "url", "events": "events", "format": "format"}
-
-    url = forms.CharField(required=False, label="URL")
-    events = forms.MultipleChoiceField(required=False, choices=EVENT_CHOICES, label="Events")
-    format = forms.CharField(required=False, label="Format")
-
-    def body(self) -> dict:
-        data = self.cleaned_data
-        return {
-            "url": data["url"].strip(),
-            "events": data["events"],
-            "format": data["format"] or "gavel",
-        }
-
-
 # --- the tenant's settings ---
 
 
-class SettingsForm(KeysPageForm):
+class SettingsForm(PlainSchemaForm):
     """The whole settings form; only what differs from the tenant's settings is sent (a
     PATCH), and the Slack signing secret only when typed (or removed with its box)."""
 

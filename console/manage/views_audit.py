@@ -7,7 +7,7 @@ from django.views.decorators.http import require_GET
 
 from console.audit import selectors
 from console.audit.log import audit_verify
-from console.manage.common import admin_view, manage_page
+from console.web.admin_pages import admin_view, manage_page
 
 
 @require_GET

@@ -7,14 +7,14 @@ from django import forms
 from django.urls import path
 from django.views.decorators.http import require_POST
 
-from console.accounts.views import require_recent_auth
 from console.core.errors import Conflict, Invalid, NotFound
 from console.directory.schemas.oidc import OidcPatch
 from console.directory.services import sso as services
 from console.directory.services import sso_domains
-from console.manage.common import admin_view, manage_page
 from console.models import TenantOidc
+from console.web.admin_pages import admin_view, manage_page
 from console.web.forms import SchemaForm
+from console.web.reauth import require_recent_auth
 
 TEMPLATE = "manage/oidc.html"
 # The first segment of a wire path (a 422's `details[].path`) -> the form field.

@@ -78,3 +78,11 @@ class SchemaForm(forms.Form):
         if not details:
             field = self.conflict_field.get(error.code)
             self.add_error(field if field in self.fields else None, error.message)
+
+
+class PlainSchemaForm(SchemaForm):
+    """A schema form that does not show pydantic's "Value error, " prefix (the keys, webhooks
+    and settings pages)."""
+
+    def message_for(self, path, message: str) -> str:
+        return message.removeprefix("Value error, ")

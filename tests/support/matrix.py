@@ -506,7 +506,7 @@ def operation_needs(op: Operation) -> tuple[frozenset, str | None]:
 # Pages: route (or prefix ending in '*') → (capabilities any one of which it needs). Checked in
 # the views through access.*; first match wins.
 PAGE_CAPABILITIES = [
-    ("manage/*", frozenset({"admin"})),  # console/manage/common.admin_view, views.manage
+    ("manage/*", frozenset({"admin"})),  # console/web/admin_pages.admin_view, views.manage
     ("", frozenset({"view_runs", "decide"})),  # home: the inbox or the runs, else 403
     ("runs/*", frozenset({"view_runs"})),  # access.runs_visible_to / run_for
     ("approvals/", frozenset({"view_runs", "decide"})),  # access.approvals_visible_to

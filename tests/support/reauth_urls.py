@@ -3,9 +3,9 @@
 from django.http import HttpResponse
 from django.urls import path
 
-from console.accounts.views import require_recent_auth
 from console.urls import urlpatterns as console_urlpatterns
 from console.web.pages import viewer_view
+from console.web.reauth import require_recent_auth
 
 CALLS: list[dict] = []  # what the sensitive view was called with
 

@@ -1,4 +1,5 @@
-"""What every /manage/ page shares: the admin gate and the tabs of the layout."""
+"""What every /manage/ page shares, whichever app serves it: the admin gate and the tabs of the
+layout (`manage/base.html`)."""
 
 from functools import wraps
 
