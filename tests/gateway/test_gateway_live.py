@@ -13,7 +13,7 @@ import uuid
 import httpx
 import pytest
 
-from tests.gateway.live import (
+from tests.support.gateway_live import (
     Balancer,
     Console,
     daphne,
@@ -426,7 +426,7 @@ async def test_sigterm_answers_a_waiting_call_with_call_again_at_once(console, t
     import signal
     import time
 
-    from tests.gateway.live import DAPHNE, free_port, process
+    from tests.support.gateway_live import DAPHNE, free_port, process
 
     port = free_port()
     args = [DAPHNE, "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
@@ -461,7 +461,7 @@ async def test_sigterm_writes_the_passed_calls_answered_but_not_yet_recorded(con
     Recorder): a server stopped by SIGTERM at once writes every one before it exits."""
     import signal
 
-    from tests.gateway.live import DAPHNE, free_port, process
+    from tests.support.gateway_live import DAPHNE, free_port, process
 
     with console.api("rules") as api:
         rule = api.post(

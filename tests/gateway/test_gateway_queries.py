@@ -19,7 +19,7 @@ from console.models import ApiKey, AuditEvent
 from gateway import records
 from gateway.models import CallState, McpCall, McpServer
 from runs.models import RunEvent, ToolResult
-from tests.factories import PrincipalFactory, TenantFactory, make_key
+from tests.support.factories import PrincipalFactory, TenantFactory, make_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 PASS_BOUND = 3  # before upstream: the rules version, the rule's authors' roles, the INSERT

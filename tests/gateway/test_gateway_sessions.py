@@ -16,7 +16,7 @@ from console.models import ApiKey, AuditEvent
 from gateway import asgi, edge, records
 from gateway.models import CallState, McpCall, McpServer, McpSession
 from runs.models import Run, RunEvent, ToolResult
-from tests.factories import PrincipalFactory, TenantFactory, make_key
+from tests.support.factories import PrincipalFactory, TenantFactory, make_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 SCOPE = {"path": "/mcp/files", "method": "POST", "headers": [], "client": ("127.0.0.1", 1)}
