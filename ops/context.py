@@ -4,8 +4,10 @@ the project: every floor may read it."""
 from __future__ import annotations
 
 import contextvars
+import itertools
+import os
 import re
-import uuid
+import secrets
 
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "gavel_request_id", default=None
@@ -17,8 +19,25 @@ request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 _SANE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}")
 
 
+# A new id is this process's random prefix and a counter: unique across processes (64 random
+# bits each) and cheap (no system call, no UUID object per request). A forked child draws its
+# own prefix.
+_prefix = ""
+_counter = itertools.count(1)
+
+
+def _reseed() -> None:
+    global _prefix, _counter
+    _prefix, _counter = "req_" + secrets.token_hex(8), itertools.count(1)
+
+
+_reseed()
+os.register_at_fork(after_in_child=_reseed)
+
+
 def new_request_id() -> str:
-    return "req_" + uuid.uuid4().hex
+    """`req_` and 32 hex digits (the old uuid4 form's length): the prefix, then the count."""
+    return f"{_prefix}{next(_counter):016x}"
 
 
 def accept_request_id(incoming: str | None) -> str:
