@@ -1,13 +1,16 @@
-"""This process's lifecycle (warm, draining) and the current request's id. Imports nothing of
-the project: every floor may read it."""
+"""This process's lifecycle (warm, draining), its shutdown hooks, and the current request's
+id. Imports nothing of the project: every floor may read it, and register into it."""
 
 from __future__ import annotations
 
 import contextvars
+import inspect
 import itertools
+import logging
 import os
 import re
 import secrets
+from collections.abc import Callable
 
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "gavel_request_id", default=None
@@ -72,3 +75,38 @@ class Lifecycle:
     @classmethod
     def drain(cls) -> None:
         cls.draining = True
+
+
+# --- shutdown hooks: the one SIGTERM mechanism ---
+
+log = logging.getLogger("ops.shutdown")
+_hooks: dict[str, Callable[[], object]] = {}
+
+
+def on_shutdown(name: str, hook: Callable[[], object]) -> None:
+    """Run `hook` when this server process drains (SIGTERM), before it waits for the requests
+    still in flight: what the hook answers now is sent before the server stops. `hook` takes
+    no argument, may be a coroutine function, runs on the server's event loop, must be quick
+    (wake waiters, close, flag: never wait for them) and returns a count for the log line.
+    `name` says what it did ("MCP calls answered"); registering a name again replaces its
+    hook. Hooks run in the order their names were first registered.
+
+    ops/serving.py drives them under daphne (its `drain`); the apps register from their
+    AppConfig.ready() or on import of their ASGI edge."""
+    _hooks[name] = hook
+
+
+async def run_shutdown_hooks() -> dict[str, object]:
+    """Every hook once, in order; one failing is logged and the rest still run. Returns each
+    name's result (None when it failed)."""
+    results: dict[str, object] = {}
+    for name, hook in list(_hooks.items()):
+        try:
+            result = hook()
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception:
+            log.exception("shutdown hook %r failed", name)
+            result = None
+        results[name] = result
+    return results
