@@ -18,8 +18,8 @@ from datetime import date, timedelta
 import httpx
 import pytest
 
-from tests.browser.conftest import shot, sign_in
-from tests.sdk.live import LiveConsole, last_line, manage
+from tests.support.browser import shot, sign_in
+from tests.support.live_console import LiveConsole, last_line, manage
 
 pytestmark = pytest.mark.browser
 TENANT, OTHER = "acme", "globex"

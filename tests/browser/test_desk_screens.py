@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from tests.browser.conftest import sign_in
-from tests.factories import AgentFactory, ApprovalFactory, PrincipalFactory, RunFactory
+from tests.support.browser import sign_in
+from tests.support.factories import AgentFactory, ApprovalFactory, PrincipalFactory, RunFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"

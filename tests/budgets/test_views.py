@@ -22,8 +22,8 @@ from budgets.services import budget_create
 from console.models import AuditEvent, Role, Team, Tenant
 from runs.models import UsageDaily
 from runs.services.writes import _usage_daily_add
-from tests.budgets.helpers import admit, spend
-from tests.factories import PrincipalFactory
+from tests.support.budgets import admit, spend
+from tests.support.factories import PrincipalFactory
 
 pytestmark = pytest.mark.django_db
 
