@@ -361,7 +361,7 @@ def test_a_drain_stops_looking_at_tenants_with_nothing_due(tenant_a):
     from django.test.utils import CaptureQueriesContext
 
     from retention import prune
-    from tests.factories import TenantFactory
+    from tests.support.factories import TenantFactory
 
     RetentionPolicy.objects.create(tenant=tenant_a, run_days=30)
 
