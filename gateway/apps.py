@@ -6,3 +6,8 @@ class GatewayConfig(AppConfig):
 
     name = "gateway"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from gateway import shutdown
+
+        shutdown.register()  # waiting calls answer on SIGTERM (ops/context.py's hooks)
