@@ -396,6 +396,12 @@ GAVEL_OUTBOUND_ALLOW_LOOPBACK = env_bool("GAVEL_OUTBOUND_ALLOW_LOOPBACK", False)
 GAVEL_MCP_ALLOW_HTTP = env_bool("GAVEL_MCP_ALLOW_HTTP", False)
 GAVEL_MCP_PROGRESS_SECONDS = env_int("GAVEL_MCP_PROGRESS_SECONDS", 10, minimum=1)
 GAVEL_MCP_UPSTREAM_DEADLINE_SECONDS = env_int("GAVEL_MCP_UPSTREAM_DEADLINE_SECONDS", 60, minimum=1)
+# An MCP session with no request for this long is closed (its run finished unless a call of it
+# still waits for a decision): docs/mcp.md.
+GAVEL_MCP_SESSION_IDLE_SECONDS = env_int("GAVEL_MCP_SESSION_IDLE_SECONDS", 1800, minimum=10)
+# How long a server process trusts its copy of a key's and a server's row at the gateway's edge
+# (a revoke, a deactivation or a disabled server is seen at once by the process that made it).
+GAVEL_MCP_CACHE_SECONDS = env_int("GAVEL_MCP_CACHE_SECONDS", 5, minimum=0)
 # The key that encrypts stored secrets (a tenant's OIDC client secret): a Fernet key
 # (32 url-safe base64 bytes); unset, one is derived from SECRET_KEY (console/crypto.py).
 GAVEL_ENCRYPTION_KEY = os.environ.get("GAVEL_ENCRYPTION_KEY", "")

@@ -1,11 +1,12 @@
 """SIGTERM to a server process: the MCP calls it holds answer at once with the bounded hold's
 "call again with the same arguments" (gateway.flow.stop_waiting) instead of being dropped with
-the connection, and so does any call held from then on.
+the connection, and so does any call held from then on; the results answered but not yet
+recorded (gateway.flow.Recorder) are written before the server stops.
 
-It is one of the process's shutdown hooks (ops/context.py `on_shutdown`, registered from
-gateway/apps.py), which ops/serving.py runs under daphne before it waits for the requests in
-flight (GAVEL_SHUTDOWN_GRACE_SECONDS): the answered calls' requests finish inside that wait,
-then the server stops."""
+Both are the process's shutdown hooks (ops/context.py `on_shutdown`, registered from
+gateway/apps.py), which ops/serving.py runs under daphne: `answer_waiting` before it waits for
+the requests in flight (GAVEL_SHUTDOWN_GRACE_SECONDS) — the answered calls' requests finish
+inside that wait — and `record_answered` after them, bounded by RECORD_SECONDS."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from gateway import flow
 from ops.context import on_shutdown
 
 NAME = "MCP calls answered"
+RECORDED = "MCP results recorded"
+RECORD_SECONDS = 2.0  # at most this long for the last records after the requests finished
 
 
 def answer_waiting() -> int:
@@ -22,5 +25,14 @@ def answer_waiting() -> int:
     return held
 
 
+async def record_answered() -> int:
+    """The records of results already answered, written now (bounded); returns how many were
+    pending."""
+    pending = len(flow.Recorder.pending)
+    await flow.Recorder.drain(RECORD_SECONDS)
+    return pending
+
+
 def register() -> None:
     on_shutdown(NAME, answer_waiting)
+    on_shutdown(RECORDED, record_answered, after_requests=True)

@@ -81,9 +81,10 @@ class Lifecycle:
 
 log = logging.getLogger("ops.shutdown")
 _hooks: dict[str, Callable[[], object]] = {}
+_final_hooks: dict[str, Callable[[], object]] = {}
 
 
-def on_shutdown(name: str, hook: Callable[[], object]) -> None:
+def on_shutdown(name: str, hook: Callable[[], object], *, after_requests: bool = False) -> None:
     """Run `hook` when this server process drains (SIGTERM), before it waits for the requests
     still in flight: what the hook answers now is sent before the server stops. `hook` takes
     no argument, may be a coroutine function, runs on the server's event loop, must be quick
@@ -91,16 +92,20 @@ def on_shutdown(name: str, hook: Callable[[], object]) -> None:
     `name` says what it did ("MCP calls answered"); registering a name again replaces its
     hook. Hooks run in the order their names were first registered.
 
+    With `after_requests=True` the hook runs later instead: once the requests in flight have
+    finished (or the grace period is over), before the server stops. Such a hook may wait
+    (flush what those requests left to write, bounded by the time left) and is awaited.
+
     ops/serving.py drives them under daphne (its `drain`); the apps register from their
     AppConfig.ready() or on import of their ASGI edge."""
-    _hooks[name] = hook
+    (_final_hooks if after_requests else _hooks)[name] = hook
 
 
-async def run_shutdown_hooks() -> dict[str, object]:
-    """Every hook once, in order; one failing is logged and the rest still run. Returns each
-    name's result (None when it failed)."""
+async def run_shutdown_hooks(*, after_requests: bool = False) -> dict[str, object]:
+    """Every hook of the phase once, in order; one failing is logged and the rest still run.
+    Returns each name's result (None when it failed)."""
     results: dict[str, object] = {}
-    for name, hook in list(_hooks.items()):
+    for name, hook in list((_final_hooks if after_requests else _hooks).items()):
         try:
             result = hook()
             if inspect.isawaitable(result):

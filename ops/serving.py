@@ -151,6 +151,11 @@ async def drain(server) -> None:
         if not running:
             break
         await asyncio.sleep(POLL_SECONDS)
+    # What the finished requests left to write (the MCP gateway's records written after the
+    # answer), bounded by the grace left: on_shutdown(..., after_requests=True).
+    flushed = await run_shutdown_hooks(after_requests=True)
+    if flushed:
+        log.info("shutting down: %s", "; ".join(f"{n}: {c}" for n, c in flushed.items()))
     # Let the transports write what the applications just answered.
     await asyncio.sleep(POLL_SECONDS)
 

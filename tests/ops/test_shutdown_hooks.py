@@ -30,6 +30,31 @@ def test_the_process_registers_the_gateway_and_the_servers_own_hooks():
     assert "held long-polls answered" in names  # ops/serving.py
     assert "sockets closed with 1012" in names
     assert context._hooks[gateway_shutdown.NAME] is gateway_shutdown.answer_waiting
+    # the records of results answered are written after the requests in flight finished
+    assert context._final_hooks[gateway_shutdown.RECORDED] is gateway_shutdown.record_answered
+    assert gateway_shutdown.RECORDED not in names
+
+
+@pytest.mark.asyncio
+async def test_after_requests_hooks_run_only_in_their_phase():
+    saved = dict(context._final_hooks)
+    ran = []
+    try:
+        context._final_hooks.clear()
+
+        async def flush():
+            ran.append("flush")
+            return 3
+
+        context.on_shutdown("flushed", flush, after_requests=True)
+        assert "flushed" not in context._hooks
+        first = await context.run_shutdown_hooks()
+        assert "flushed" not in first and ran == []
+        assert await context.run_shutdown_hooks(after_requests=True) == {"flushed": 3}
+        assert ran == ["flush"]
+    finally:
+        context._final_hooks.clear()
+        context._final_hooks.update(saved)
 
 
 @pytest.mark.asyncio
