@@ -241,7 +241,7 @@ INSTALLED_APPS = [
 # the event loop instead of a thread hop each on the async path (see that module).
 MIDDLEWARE = [
     # X-Request-Id, request metrics, the request's span. GAVEL_REQUEST_MIDDLEWARE=0 leaves it out
-    # (bench/ops.py measures its cost against a server without it; not for production).
+    # (not for production; bench/ops.py measures its cost in one process: bench/_middleware_asgi).
     *(["ops.middleware.RequestMiddleware"] if env_bool("GAVEL_REQUEST_MIDDLEWARE", True) else []),
     "console.middleware.SecurityMiddleware",
     "console.middleware.ContentSecurityPolicyMiddleware",

@@ -8,6 +8,9 @@ class GatewayConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
+        from gateway import shutdown
+
+        shutdown.register()  # waiting calls answer on SIGTERM (ops/context.py's hooks)
         # The edge's per-process copies (gateway/edge.py) go when this process changes a row
         # they hold; the sweep records passed calls a stopped process left unrecorded and
         # closes idle sessions (gateway/records.py).

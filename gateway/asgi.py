@@ -27,7 +27,7 @@ from console.audit.log import audit_refused
 from console.core import ratelimit
 from console.core.errors import Forbidden, GavelError, NotFound, RateLimited
 from console.web.auth import PrincipalKeyAuth
-from gateway import edge, flow, records, shutdown, upstream
+from gateway import edge, flow, records, upstream
 from gateway.access import server_for
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,6 @@ class Gateway:
 
     async def _ensure(self) -> StreamableHTTPSessionManager:
         if self._started is None:
-            shutdown.answer_waiting_on_sigterm()
             self._started = asyncio.Event()
             # Origin/Host are checked by ALLOWED_HOSTS-like rules at the edge: every request
             # carries a Bearer key (never ambient credentials), so DNS rebinding gains nothing.
