@@ -91,7 +91,7 @@ def approval_decide(
         # Decided meanwhile, or its expiry passed since it was read: expired, not open.
         approvals_expire_due(approval_ids=[approval.pk])
         raise _conflict(approval)
-    approval.refresh_from_db()
+    # No read back: the winning UPDATE ... RETURNING left the row as written in `approval`.
     instruments.approval_decided(approval)  # gavel_approval_decision_seconds
     return approval
 

@@ -8,9 +8,10 @@ too); the conditional UPDATE is what picks the single winner. A parent's mirrore
 the parked child's call are the same call and are settled together.
 """
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import Exists, Max, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce
+from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus, Webhook
@@ -69,6 +70,25 @@ def _next_decision_seq(run_id: int):
     return Coalesce(Subquery(top), Value(0)) + 1
 
 
+def _update_returning(approval, pending, fields, *, principal, key, rule) -> bool:
+    """`pending.update(**fields)` as one UPDATE ... RETURNING: when it wins, `approval` holds
+    the row as written (as refresh_from_db would, with no read after the write; its loaded
+    run and the deciders stay loaded). False when no row matched (the call lost)."""
+    query = pending.query.chain(UpdateQuery)
+    query.add_update_values(fields)
+    sql, params = query.get_compiler(pending.db).as_sql()
+    table = connections[pending.db].ops.quote_name(Approval._meta.db_table)
+    rows = list(Approval.objects.raw(f"{sql} RETURNING {table}.*", params))
+    if len(rows) != 1:
+        return False
+    (row,) = rows
+    for field in Approval._meta.concrete_fields:  # a changed key drops its loaded object
+        setattr(approval, field.attname, getattr(row, field.attname))
+    # The deciders as written, loaded (the answer names them: no query for them).
+    approval.decided_by, approval.decided_via_key, approval.decided_by_rule = principal, key, rule
+    return True
+
+
 def _settle_one(
     approval, *, status, message, arguments, principal, key, rule, now, action, via, hooked
 ) -> bool:
@@ -88,7 +108,7 @@ def _settle_one(
         pending = pending.filter(expires_at__lte=now)  # not one extended meanwhile
     else:
         pending = pending.filter(expires_at__gt=now)  # never approve past expiry
-    if pending.update(**fields) != 1:
+    if not _update_returning(approval, pending, fields, principal=principal, key=key, rule=rule):
         return False
     # Published first: on commit, the waiting runtime's wake goes out before the audit chain
     # is sealed (on_commit callbacks run in the order they were registered).
