@@ -7,7 +7,7 @@ from fnmatch import fnmatchcase
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from approvals.models import Approval, Rule, Webhook
+from approvals.models import Approval, Rule, SavedView, Webhook
 from approvals.rules import CompiledRule, RuleSet, glob_covers
 from budgets.models import OVERRIDE_TOOL, Budget
 from console.core.errors import Forbidden, NotFound
@@ -349,3 +349,22 @@ def webhook_for(*, viewer: Viewer, webhook_id: str) -> Webhook:
         raise NotFound(f"no webhook '{webhook_id}'", code="webhook_not_found")
     require_capability(viewer, "admin")
     return webhook
+
+
+def saved_views_of(*, viewer: Viewer) -> QuerySet:
+    """The desk's views this viewer saved (its acting principal's, in its tenant): none for a
+    runtime's key, which acts as no one. Forbidden without view_runs or decide (the desk's)."""
+    approvals_visible_to(viewer=viewer)
+    principal = acting_principal(viewer)
+    if principal is None:
+        return SavedView.objects.none()
+    return SavedView.objects.filter(tenant_id=viewer.tenant_id, principal=principal)
+
+
+def saved_view_for(*, viewer: Viewer, view_id: str) -> SavedView:
+    """One of this viewer's saved views: another principal's or another tenant's is NotFound,
+    like a missing one."""
+    found = saved_views_of(viewer=viewer).filter(public_id=view_id).first()
+    if found is None:
+        raise NotFound(f"no saved view '{view_id}'", code="saved_view_not_found")
+    return found

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
+from urllib.parse import urlencode
 
 from django.db.models import BigIntegerField, F, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
@@ -51,6 +52,29 @@ def desk_filters(params) -> dict:
     if found["view"] not in VIEWS:
         found["view"] = "all"
     return found
+
+
+def desk_query(filters: dict) -> dict:
+    """The filters that are set, as the desk's query string holds them (a saved view's)."""
+    return {k: v for k, v in filters.items() if v and not (k == "view" and v == "all")}
+
+
+def saved_views(*, viewer, query: dict) -> list[dict]:
+    """This viewer's saved views of the desk, by name: each one's link, and whether it is the
+    filter set shown now."""
+    try:
+        views = list(approvals_access.saved_views_of(viewer=viewer))
+    except Forbidden:
+        return []
+    return [
+        {
+            "id": v.public_id,
+            "name": v.name,
+            "href": "/approvals/" + (f"?{urlencode(v.filters)}" if v.filters else ""),
+            "selected": v.filters == query,
+        }
+        for v in views
+    ]
 
 
 def _ceiling():
@@ -256,10 +280,14 @@ def desk_choices(*, viewer, filters: dict) -> dict:
         .order_by("external_id")
         .values_list("external_id", flat=True)[:100]
     )
+    saved = saved_views(viewer=viewer, query=desk_query(filters))
+    builtin = not any(v["selected"] for v in saved)  # one view is the current page
     return {
         "views": [
-            {"name": k, "label": v, "selected": filters.get("view") == k} for k, v in VIEWS.items()
+            {"name": k, "label": v, "selected": builtin and filters.get("view") == k}
+            for k, v in VIEWS.items()
         ],
+        "saved": saved,
         "tools": sorted(set(tools) | ({filters["tool"]} if filters.get("tool") else set())),
         "agents": sorted(set(agents) | ({filters["agent"]} if filters.get("agent") else set())),
     }

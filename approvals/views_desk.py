@@ -5,14 +5,23 @@ through the API (`POST /api/v1/approvals/decisions`, one call or many, each its 
 An htmx request gets a partial: with `cursor`, the next keyset page of rows (and the next "more"
 row); without, the list region (a live client's re-fetch after a gap)."""
 
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from urllib.parse import urlencode
+
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
 
 from approvals import access as approvals_access
 from approvals import selectors, selectors_desk
+from approvals.services.saved_views import (
+    saved_view_create,
+    saved_view_delete,
+    saved_view_rename,
+)
+from console.core.errors import Conflict, Invalid
 from console.web.pages import viewer_view
 
 TEMPLATE = "approvals/desk.html"
+NOTICE = "gavel_desk_notice"  # the session's one-shot message of a saved view's form
 
 
 @require_GET
@@ -24,7 +33,7 @@ def desk(request):
     page = selectors_desk.desk_page(
         viewer=viewer, filters=filters, cursor=request.GET.get("cursor") or None
     )
-    query = {k: v for k, v in filters.items() if v and not (k == "view" and v == "all")}
+    query = selectors_desk.desk_query(filters)
     if not query and page["decides"]:  # the navigation's count is this very number
         setattr(viewer, selectors_desk.NAV_COUNT, page["count"])
     context = {"page": page, "filters": filters, "query": query, "nav_active": "inbox"}
@@ -35,4 +44,48 @@ def desk(request):
     if first is not None:
         context.update(selectors.approval_card_context(approval=first, viewer=viewer))
     context["choices"] = selectors_desk.desk_choices(viewer=viewer, filters=filters)
+    context["notice"] = request.session.pop(NOTICE, None)
     return render(request, TEMPLATE, context)
+
+
+def _back(request, query: dict):
+    return redirect("/approvals/" + (f"?{urlencode(query)}" if query else ""))
+
+
+def _saved(request, write, query: dict):
+    """Run a saved view's write; its refusal (a bad or taken name) is shown on the desk."""
+    try:
+        write()
+    except (Invalid, Conflict) as exc:
+        request.session[NOTICE] = exc.message[:1].upper() + exc.message[1:] + "."
+    return _back(request, query)
+
+
+@require_POST
+@viewer_view
+def saved_view_new(request):
+    """Save the filters the desk shows (the form's hidden fields) under the name typed."""
+    filters = selectors_desk.desk_filters(request.POST)
+    query = selectors_desk.desk_query(filters)
+    name = request.POST.get("name")
+    return _saved(
+        request, lambda: saved_view_create(viewer=request.viewer, name=name, filters=query), query
+    )
+
+
+@require_POST
+@viewer_view
+def saved_view_edit(request, view_id):
+    """Rename one of the viewer's saved views, back on the desk showing it."""
+    view = approvals_access.saved_view_for(viewer=request.viewer, view_id=view_id)
+    name = request.POST.get("name")
+    return _saved(request, lambda: saved_view_rename(view=view, name=name), view.filters)
+
+
+@require_POST
+@viewer_view
+def saved_view_remove(request, view_id):
+    """Delete one of the viewer's saved views, back on the unfiltered desk."""
+    view = approvals_access.saved_view_for(viewer=request.viewer, view_id=view_id)
+    saved_view_delete(view=view)
+    return _back(request, {})
