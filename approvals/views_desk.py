@@ -5,8 +5,6 @@ through the API (`POST /api/v1/approvals/decisions`, one call or many, each its 
 An htmx request gets a partial: with `cursor`, the next keyset page of rows (and the next "more"
 row); without, the list region (a live client's re-fetch after a gap)."""
 
-from urllib.parse import urlencode
-
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -30,8 +28,9 @@ def desk(request):
     viewer = request.viewer
     approvals_access.approvals_visible_to(viewer=viewer)  # Forbidden without view_runs or decide
     filters = selectors_desk.desk_filters(request.GET)
+    tools = selectors_desk.open_tools(viewer=viewer)  # read once: the page's and the choices'
     page = selectors_desk.desk_page(
-        viewer=viewer, filters=filters, cursor=request.GET.get("cursor") or None
+        viewer=viewer, filters=filters, cursor=request.GET.get("cursor") or None, tools=tools
     )
     query = selectors_desk.desk_query(filters)
     if not query and page["decides"]:  # the navigation's count is this very number
@@ -40,16 +39,20 @@ def desk(request):
     if request.htmx:
         part = "desk-page" if request.GET.get("cursor") else "desk-list"
         return render(request, f"{TEMPLATE}#{part}", context)
-    first = page["rows"][0]["approval"] if page["rows"] else None
-    if first is not None:
-        context.update(selectors.approval_card_context(approval=first, viewer=viewer))
-    context["choices"] = selectors_desk.desk_choices(viewer=viewer, filters=filters)
+    if page["rows"]:  # the first call's card, from what the page read of it
+        first = page["rows"][0]["approval"]
+        context.update(selectors.card_context_read(approval=first, viewer=viewer, **page["reads"]))
+    # An unfiltered page of a decider counted its tools: the choices' tools are those.
+    decided_tools = page["tools"] if page["decides"] and not query else None
+    context["choices"] = selectors_desk.desk_choices(
+        viewer=viewer, filters=filters, tools=decided_tools, open_tools=tools
+    )
     context["notice"] = request.session.pop(NOTICE, None)
     return render(request, TEMPLATE, context)
 
 
 def _back(request, query: dict):
-    return redirect("/approvals/" + (f"?{urlencode(query)}" if query else ""))
+    return redirect(selectors_desk.desk_href(query))
 
 
 def _saved(request, write, query: dict):
