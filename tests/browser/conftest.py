@@ -74,11 +74,24 @@ def rich_run(tenant_a):
     return demo_run_page(tenant_a)
 
 
+# pytest-django's live server speaks HTTP only: every page's live pill would read
+# "reconnecting…" in a screenshot, which no running console shows. Screenshots leave it out.
+NO_LIVE_PILL = "#live-status { visibility: hidden !important; }"
+
+
+def screenshot(page, path: Path, *, full_page: bool = True) -> Path:
+    """The page as it looks, but for the live pill (see NO_LIVE_PILL), which stays as it was."""
+    style = page.add_style_tag(content=NO_LIVE_PILL)
+    try:
+        page.screenshot(path=str(path), full_page=full_page)
+    finally:
+        style.evaluate("(node) => node.remove()")
+    return path
+
+
 def shot(page, name: str, *, full_page: bool = True) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=full_page)
-    return path
+    return screenshot(page, SCREENSHOTS / f"{name}.png", full_page=full_page)
 
 
 def sign_in(page, username: str, password: str, next_path: str = "/runs/") -> None:

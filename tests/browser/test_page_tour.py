@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from tests.browser.conftest import ARGS, CHROMIUM, demo_runs
+from tests.browser.conftest import ARGS, CHROMIUM, demo_runs, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -260,7 +260,7 @@ def test_screenshots(tour, live_server):
                 page.set_default_timeout(20_000)
                 for path in ("/accounts/login/", "/accounts/password_reset/"):
                     page.goto(f"{live_server.url}{path}")
-                    page.screenshot(path=str(out / f"{_name(path)}-{width}-{scheme}.png"))
+                    screenshot(page, out / f"{_name(path)}-{width}-{scheme}.png", full_page=False)
                 _sign_in(page, live_server.url, "admin@a.example", PASSWORD["admin"])
                 for path in pages_for("admin", tour):
                     page.goto(f"{live_server.url}{path}")  # before `path` is renamed below
@@ -269,6 +269,6 @@ def test_screenshots(tour, live_server):
                         path_named = path.replace(tour[key], key.replace("_", "-"))
                         path = path_named
                     name = _name(path)
-                    page.screenshot(path=str(out / f"{name}-{width}-{scheme}.png"), full_page=True)
+                    screenshot(page, out / f"{name}-{width}-{scheme}.png")
                 context.close()
         browser.close()
