@@ -34,9 +34,9 @@ def _taken(name: str) -> Conflict:
 def saved_view_create(*, viewer, name, filters: dict) -> SavedView:
     """Save these filters under a name for this viewer (a runtime's key, acting as no one,
     may not)."""
+    mine = approvals_access.saved_views_of(viewer=viewer)  # 403 before the name's 422
     name = _name(name)
     principal = acting_principal(viewer)
-    mine = approvals_access.saved_views_of(viewer=viewer)
     if principal is None:
         raise Invalid("only a person may save a view", code="validation_error")
     if mine.count() >= MAX_VIEWS:
