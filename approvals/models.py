@@ -170,14 +170,6 @@ class Approval(models.Model):
             # History reads (rule previews, suggestions, decision analytics).
             models.Index(fields=["tenant", "requested_at"], name="approval_tenant_requested"),
             models.Index(fields=["tenant", "decided_at"], name="approval_tenant_decided"),
-            # The desk's tools and counts (selectors_desk: one DISTINCT and one GROUP BY over
-            # the open pending calls): an index-only read of the pending calls alone, however
-            # many decided calls the tenant keeps.
-            models.Index(
-                fields=["tenant", "tool_name", "expires_at", "run"],
-                name="approval_pending_tools",
-                condition=models.Q(status="pending", mirror_of__isnull=True),
-            ),
         ]
         ordering = ["requested_at", "position", "id"]
 
