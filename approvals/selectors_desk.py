@@ -232,7 +232,7 @@ def desk_page(
     if after:
         at, pk = after
         qs = qs.filter(Q(requested_at__gt=at) | Q(requested_at=at, id__gt=pk))
-    rows = card_rows(qs.order_by("requested_at", "id")[: size + 1])
+    rows = card_rows(qs.order_by("requested_at", "id")[: size + 1], tenant=viewer.tenant)
     more = len(rows) > size
     rows = rows[:size]
     reads = _reads(rows)
@@ -308,6 +308,7 @@ def desk_row_for(*, viewer, approval_ids, filters: dict | None = None) -> list[d
     except Forbidden:
         return []
     qs = qs.filter(public_id__in=list(approval_ids)).order_by("requested_at", "id")
+    # No tenant handed on: a socket keeps its viewer (and its tenant) for hours; rows read it.
     return desk_rows(card_rows(qs), viewer=viewer, decides=decides)
 
 

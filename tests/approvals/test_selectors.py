@@ -500,3 +500,16 @@ def test_card_rows_read_who_decided_without_a_query_per_card(
     with django_assert_num_queries(1):  # nothing decided: nothing prefetched
         [pending] = selectors.card_rows(qs.filter(step=9))
         assert pending.decided_by is None and pending.run.principal == support_run.principal
+
+
+def test_card_rows_given_the_tenant_join_no_tenant_and_refuse_another_tenants_call(
+    tenant_a, support_run, run_b, django_assert_num_queries
+):
+    mine = held(support_run)
+    theirs = held(run_b)
+    with django_assert_num_queries(1):
+        [row] = selectors.card_rows(Approval.objects.filter(pk=mine.pk), tenant=tenant_a)
+    assert row.tenant is tenant_a and row.run.tenant is tenant_a
+    assert row.run.principal.external_id == "alice@example.com"  # still joined: no query
+    with pytest.raises(ValueError):
+        selectors.card_rows(Approval.objects.filter(pk=theirs.pk), tenant=tenant_a)
