@@ -20,6 +20,7 @@ from console.directory.access import (
     require_capability,
 )
 from console.models import ApiKey, Principal
+from runs.models import Run
 
 
 def approval_in_tenant(*, tenant_id: int, approval_id: str) -> None:
@@ -103,19 +104,23 @@ def decidable_q(viewer: Viewer, tool_names) -> Q:
     tool_names = set(tool_names)
     tools = [t for t in tool_names if t != OVERRIDE_TOOL and _tool_refusal(principal, t) is None]
     calls = Q(tool_name__in=tools)
+    # The principal's own runs, as a NOT IN of their ids (few, through run_principal_newest):
+    # the same answer as `~Q(run__principal_id=...)`, without joining every counted call to
+    # its run (the desk's count at 10,000 calls: 8.5 -> 3.0 ms).
+    own = ~Q(
+        run_id__in=Run.objects.filter(tenant_id=principal.tenant_id, principal=principal).values(
+            "id"
+        )
+    )
     if not viewer.tenant.allow_self_approval:  # _self_refusal
-        calls &= ~Q(run__principal_id=principal.pk)
+        calls &= own
     if OVERRIDE_TOOL not in tool_names:
         return calls  # no over-budget request among them: no join to their budgets
     # _override_refusal: the budget's leads, else manage_budgets holders; never the run's own.
     leads = Budget.leads.through.objects.filter(budget_id=OuterRef("budget_override__budget_id"))
     named = Exists(leads.filter(principal_id=principal.pk))
     led_by = named | ~Exists(leads) if can(principal, "manage_budgets") else named
-    overrides = (
-        Q(tool_name=OVERRIDE_TOOL, budget_override__isnull=False)
-        & led_by
-        & ~Q(run__principal_id=principal.pk)
-    )
+    overrides = Q(tool_name=OVERRIDE_TOOL, budget_override__isnull=False) & led_by & own
     return calls | overrides
 
 
