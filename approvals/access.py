@@ -17,6 +17,8 @@ from console.directory.access import (
     acting_principal,
     can,
     capabilities_of,
+    held_in_tenant,
+    one_in_tenant,
     require_capability,
 )
 from console.models import ApiKey, Principal
@@ -25,8 +27,10 @@ from runs.models import Run
 
 def approval_in_tenant(*, tenant_id: int, approval_id: str) -> None:
     """NotFound unless this tenant holds an approval with this id (the API's 404 check)."""
-    if not Approval.objects.filter(tenant_id=tenant_id, public_id=approval_id).exists():
-        raise NotFound(f"no approval '{approval_id}'", code="approval_not_found")
+    held_in_tenant(
+        Approval.objects, tenant_id=tenant_id, value=approval_id, noun="approval",
+        code="approval_not_found",
+    )  # fmt: skip
 
 
 def approvals_visible_to(*, viewer: Viewer) -> QuerySet:
@@ -36,13 +40,10 @@ def approvals_visible_to(*, viewer: Viewer) -> QuerySet:
 
 
 def approval_for(*, viewer: Viewer, approval_id: str):
-    approval = (
-        Approval.objects.select_related("run")
-        .filter(tenant_id=viewer.tenant_id, public_id=approval_id)
-        .first()
-    )
-    if approval is None:
-        raise NotFound(f"no approval '{approval_id}'", code="approval_not_found")
+    approval = one_in_tenant(
+        Approval.objects.select_related("run"), tenant_id=viewer.tenant_id, value=approval_id,
+        noun="approval", code="approval_not_found",
+    )  # fmt: skip
     if not (can(viewer, "view_runs") or can(viewer, "decide")):
         raise Forbidden("you may not view approvals")
     return approval
@@ -204,14 +205,12 @@ def may_decide(viewer: Viewer, approval) -> None:
 
 def approval_for_decider(*, viewer: Viewer, approval_id: str):
     """The approval a decider asks for: NotFound outside its tenant, Forbidden if it may not."""
-    approval = (
-        Approval.objects.select_related("run", "run__tenant")
-        .filter(tenant_id=viewer.tenant_id, public_id=approval_id)
-        .annotate(mirrored=Exists(Approval.objects.filter(mirror_of=OuterRef("pk"))))
-        .first()
-    )  # `mirrored`: whether deciding it must look for its mirrors (settle.py)
-    if approval is None:
-        raise NotFound(f"no approval '{approval_id}'", code="approval_not_found")
+    approval = one_in_tenant(
+        Approval.objects.select_related("run", "run__tenant").annotate(
+            mirrored=Exists(Approval.objects.filter(mirror_of=OuterRef("pk")))
+        ),  # `mirrored`: whether deciding it must look for its mirrors (settle.py)
+        tenant_id=viewer.tenant_id, value=approval_id, noun="approval", code="approval_not_found",
+    )  # fmt: skip
     may_decide(viewer, approval)
     return approval
 
@@ -311,19 +310,17 @@ class RuleAuthority:
 
 def rule_in_tenant(*, tenant_id: int, rule_id: str) -> None:
     """NotFound unless this tenant holds a rule with this id (the API's 404 check)."""
-    if not Rule.objects.filter(tenant_id=tenant_id, public_id=rule_id).exists():
-        raise NotFound(f"no rule '{rule_id}'", code="rule_not_found")
+    held_in_tenant(
+        Rule.objects, tenant_id=tenant_id, value=rule_id, noun="rule", code="rule_not_found"
+    )
 
 
 def rule_for(*, viewer: Viewer, rule_id: str) -> Rule:
     """One rule of the viewer's tenant: NotFound outside it, Forbidden without manage_rules."""
-    rule = (
-        Rule.objects.select_related("created_by", "tenant")
-        .filter(tenant_id=viewer.tenant_id, public_id=rule_id)
-        .first()
-    )
-    if rule is None:
-        raise NotFound(f"no rule '{rule_id}'", code="rule_not_found")
+    rule = one_in_tenant(
+        Rule.objects.select_related("created_by", "tenant"), tenant_id=viewer.tenant_id,
+        value=rule_id, noun="rule", code="rule_not_found",
+    )  # fmt: skip
     require_capability(viewer, "manage_rules")
     return rule
 
@@ -336,22 +333,19 @@ def webhooks_of(*, viewer: Viewer) -> QuerySet:
 
 def webhook_in_tenant(*, tenant_id: int, webhook_id: str) -> None:
     """NotFound unless this tenant holds a live webhook with this id (the API's 404 check)."""
-    if not Webhook.objects.filter(
-        tenant_id=tenant_id, public_id=webhook_id, is_active=True
-    ).exists():
-        raise NotFound(f"no webhook '{webhook_id}'", code="webhook_not_found")
+    held_in_tenant(
+        Webhook.objects.filter(is_active=True), tenant_id=tenant_id, value=webhook_id,
+        noun="webhook", code="webhook_not_found",
+    )  # fmt: skip
 
 
 def webhook_for(*, viewer: Viewer, webhook_id: str) -> Webhook:
     """One live webhook of the viewer's tenant (a deleted one is gone): NotFound outside it,
     Forbidden without admin."""
-    webhook = (
-        Webhook.objects.select_related("tenant")
-        .filter(tenant_id=viewer.tenant_id, public_id=webhook_id, is_active=True)
-        .first()
-    )
-    if webhook is None:
-        raise NotFound(f"no webhook '{webhook_id}'", code="webhook_not_found")
+    webhook = one_in_tenant(
+        Webhook.objects.select_related("tenant").filter(is_active=True),
+        tenant_id=viewer.tenant_id, value=webhook_id, noun="webhook", code="webhook_not_found",
+    )  # fmt: skip
     require_capability(viewer, "admin")
     return webhook
 
@@ -369,7 +363,9 @@ def saved_views_of(*, viewer: Viewer) -> QuerySet:
 def saved_view_for(*, viewer: Viewer, view_id: str) -> SavedView:
     """One of this viewer's saved views: another principal's or another tenant's is NotFound,
     like a missing one."""
-    found = saved_views_of(viewer=viewer).filter(public_id=view_id).first()
-    if found is None:
-        raise NotFound(f"no saved view '{view_id}'", code="saved_view_not_found")
-    return found
+    mine = saved_views_of(viewer=viewer)  # 403 first: a view is its principal's own, not a
+    # tenant's object another principal could be told exists
+    return one_in_tenant(
+        mine, tenant_id=viewer.tenant_id, value=view_id, noun="saved view",
+        code="saved_view_not_found",
+    )  # fmt: skip

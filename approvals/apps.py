@@ -5,8 +5,10 @@ class ApprovalsConfig(AppConfig):
     name = "approvals"
 
     def ready(self):
+        from approvals import selectors
         from approvals.services import webhooks
         from console.core import outbox
+        from console.directory import selectors as directory
 
         outbox.register(
             outbox.Sender(
@@ -16,3 +18,5 @@ class ApprovalsConfig(AppConfig):
                 claim=webhooks.webhook_deliveries_claim,
             )
         )
+        # The role form's preview names the tools this tenant's calls named.
+        directory.register_known_tools(selectors.known_tools)

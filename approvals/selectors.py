@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from fnmatch import fnmatchcase
 
 from django.utils import timezone
 
@@ -255,7 +254,8 @@ def approvals_list(*, viewer, status=None, run_id=None, limit=50, cursor=None) -
 
 
 def known_tools(*, viewer) -> list[str]:
-    """The distinct tool names of the tenant's approvals, sorted (for the globs' preview)."""
+    """The distinct tool names of the tenant's approvals, sorted (the role form's preview of
+    its globs: registered as the directory's source of tool names in approvals/apps.py)."""
     access.require_capability(viewer, "admin")
     names = (
         Approval.objects.filter(tenant_id=viewer.tenant_id)
@@ -264,14 +264,6 @@ def known_tools(*, viewer) -> list[str]:
         .distinct()
     )
     return list(names)
-
-
-def tools_matched(*, viewer, globs: list[str]) -> dict:
-    """Which known tool names the globs match (fnmatch, case-sensitive, as `can` decides)."""
-    tools = known_tools(viewer=viewer)
-    globs = [g.strip() for g in globs if g.strip()]
-    matched = [t for t in tools if any(fnmatchcase(t, g) for g in globs)]
-    return {"globs": globs, "matched": matched, "known": len(tools)}
 
 
 # --- teams ---

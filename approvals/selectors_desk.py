@@ -25,7 +25,7 @@ from approvals.services.expiry import approvals_expire_due
 from budgets.models import OVERRIDE_TOOL
 from budgets.spend import run_costs
 from console.core import paging
-from console.core.errors import Forbidden, Invalid
+from console.core.errors import Forbidden
 from console.directory import access
 from runs.models import Agent, runs_verdicts
 
@@ -179,14 +179,10 @@ def may_decide_any(viewer) -> bool:
 def _cursor(raw: str | None):
     if not raw:
         return None
-    try:
-        return paging.decode_time_pk(raw)
-    except ValueError:
-        raise Invalid(
-            "the cursor is not one this server issued",
-            code="validation_error",
-            details=[{"path": "query.cursor", "message": "invalid cursor"}],
-        ) from None
+    return paging.read(
+        paging.decode_time_pk, raw,
+        message="the cursor is not one this server issued", detail="invalid cursor",
+    )  # fmt: skip
 
 
 def _listed(*, viewer, filters: dict | None, tools=None) -> tuple[QuerySet, bool]:

@@ -4,7 +4,6 @@ calls of the last days. Every function reaches the tenant through console/access
 
 from __future__ import annotations
 
-import binascii
 import json
 from dataclasses import replace
 from datetime import timedelta
@@ -27,7 +26,6 @@ from approvals.schemas_rules import rule_resource, rule_spec_unsaved
 from approvals.selectors_desk import decidable_pending
 from console.core import paging
 from console.core.errors import Invalid, NotFound
-from console.core.wire import cursor_pk
 from console.directory import access
 from console.models import Principal
 from runs import access as runs_access
@@ -41,30 +39,12 @@ PREVIEW_SHOWN = 20
 # ---- the list ----
 
 
-def _cursor_encode(pk: int) -> str:
-    return paging.encode_pk("rule", pk)
-
-
-def _cursor_decode(cursor: str) -> int:
-    try:
-        return cursor_pk(paging.decode_pk("rule", cursor))
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise Invalid(
-            "the cursor is not one this server issued",
-            code="validation_error",
-            details=[{"path": "query.cursor", "message": "invalid cursor"}],
-        ) from None
-
-
 def rules_page(*, viewer, limit: int = 50, cursor: str | None = None) -> tuple[list, str | None]:
     """The tenant's rules, newest first (inactive ones too), keyset-paginated."""
-    qs = approvals_access.rules_of(viewer=viewer)
-    if cursor:
-        qs = qs.filter(pk__lt=_cursor_decode(cursor))
-    rows = list(qs.order_by("-pk")[: limit + 1])
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return rows, _cursor_encode(rows[-1].pk) if more else None
+    return paging.newest_first(
+        approvals_access.rules_of(viewer=viewer), kind="rule", limit=limit, cursor=cursor,
+        message="the cursor is not one this server issued", detail="invalid cursor",
+    )  # fmt: skip
 
 
 def rules_list(*, viewer, limit: int = 50, cursor: str | None = None) -> dict:

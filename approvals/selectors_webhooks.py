@@ -3,45 +3,17 @@
 
 from __future__ import annotations
 
-import binascii
-
 from approvals import access as approvals_access
 from approvals.models import Webhook, WebhookDelivery
 from console.core import paging
-from console.core.errors import Invalid
 
 RECENT_DELIVERIES = 5  # shown under each webhook on /manage/webhooks/
 
 
-def _encode(kind: str, pk: int) -> str:
-    return paging.encode_pk(kind, pk)
-
-
-def _decode(kind: str, cursor: str) -> int:
-    try:
-        return paging.decode_pk(kind, cursor)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        message = "not a cursor this server issued"
-        raise Invalid(
-            f"cursor: {message}",
-            code="validation_error",
-            details=[{"path": "query.cursor", "message": message}],
-        ) from None
-
-
-def _page(qs, kind: str, *, limit: int, cursor: str | None) -> tuple[list, str | None]:
-    if cursor:
-        qs = qs.filter(pk__lt=_decode(kind, cursor))
-    rows = list(qs.order_by("-pk")[: limit + 1])
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return rows, _encode(kind, rows[-1].pk) if more else None
-
-
 def webhooks_page(*, viewer, limit: int = 50, cursor: str | None = None) -> dict:
     """The tenant's webhooks (deleted ones are not listed), newest first."""
-    rows, next_cursor = _page(
-        approvals_access.webhooks_of(viewer=viewer), "whk", limit=limit, cursor=cursor
+    rows, next_cursor = paging.newest_first(
+        approvals_access.webhooks_of(viewer=viewer), kind="whk", limit=limit, cursor=cursor
     )
     return {"items": rows, "next_cursor": next_cursor}
 
@@ -51,7 +23,7 @@ def webhook_deliveries_page(
 ) -> dict:
     """One webhook's deliveries, newest first (`webhook` from approvals_access.webhook_for)."""
     qs = WebhookDelivery.objects.filter(webhook=webhook)
-    rows, next_cursor = _page(qs, "dlv", limit=limit, cursor=cursor)
+    rows, next_cursor = paging.newest_first(qs, kind="dlv", limit=limit, cursor=cursor)
     return {"items": rows, "next_cursor": next_cursor}
 
 

@@ -59,7 +59,8 @@ def _tenant(slug: str, pending: int):
     from django.utils import timezone
 
     from approvals.models import Approval
-    from console.directory.services import principal_create, tenant_create
+    from console.directory.services import tenant_create
+    from console.directory.services.principals import principal_create
     from runs.models import Agent, Run
 
     tenant, _ = tenant_create(slug=slug)  # with the default roles

@@ -99,7 +99,7 @@ def _seed_if_needed(runs: int) -> None:
 def _viewer_client():
     from django.test import Client
 
-    from console.directory.services import principal_create
+    from console.directory.services.principals import principal_create
     from console.models import Tenant
 
     tenant = Tenant.objects.get(slug=TENANT)
@@ -229,7 +229,8 @@ def _usage_tenant(slug: str, steps: int):
 
     from budgets import rules
     from budgets.services import budget_ensure
-    from console.directory.services import api_key_create, principal_create
+    from console.directory.services import api_key_create
+    from console.directory.services.principals import principal_create
     from console.models import Tenant
     from runs.models import UsageDaily
 
@@ -461,7 +462,7 @@ def _manage_seed(slug: str, principals: int, entries: int):
 def _manage_admin(tenant):
     from django.test import Client
 
-    from console.directory.services import principal_create
+    from console.directory.services.principals import principal_create
 
     admin = f"admin@{tenant.slug}.example"
     principal = tenant.principals.filter(external_id=admin).first()
@@ -561,7 +562,7 @@ def _volume_clients(slug: str) -> dict:
     from django.test import Client
 
     from budgets.services import budget_ensure
-    from console.directory.services import principal_create
+    from console.directory.services.principals import principal_create
     from console.models import Tenant
 
     tenant = Tenant.objects.get(slug=slug)

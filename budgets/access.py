@@ -5,8 +5,7 @@ capabilities are console.directory.access's; this module applies that one rule t
 from django.db.models import QuerySet
 
 from budgets.models import Budget
-from console.core.errors import NotFound
-from console.directory.access import Viewer, require_capability
+from console.directory.access import Viewer, held_in_tenant, one_in_tenant, require_capability
 
 BUDGET_RELATED = ("team", "principal", "agent", "tenant")
 
@@ -20,18 +19,17 @@ def budgets_visible_to(*, viewer: Viewer) -> QuerySet:
 def budget_for(*, viewer: Viewer, budget_id: str, capability: str = "view_budgets") -> Budget:
     """The budget a viewer asks for (archived ones too: their history is kept): NotFound
     outside its tenant, Forbidden without the capability."""
-    budget = (
-        Budget.objects.select_related(*BUDGET_RELATED)
-        .filter(tenant_id=viewer.tenant_id, public_id=budget_id)
-        .first()
-    )
-    if budget is None:
-        raise NotFound(f"no budget '{budget_id}'", code="budget_not_found")
+    budget = one_in_tenant(
+        Budget.objects.select_related(*BUDGET_RELATED), tenant_id=viewer.tenant_id,
+        value=budget_id, noun="budget", code="budget_not_found",
+    )  # fmt: skip
     require_capability(viewer, capability)
     return budget
 
 
 def budget_in_tenant(*, tenant_id: int, budget_id: str) -> None:
     """NotFound unless this tenant holds a budget with this id (the API's 404 check)."""
-    if not Budget.objects.filter(tenant_id=tenant_id, public_id=budget_id).exists():
-        raise NotFound(f"no budget '{budget_id}'", code="budget_not_found")
+    held_in_tenant(
+        Budget.objects, tenant_id=tenant_id, value=budget_id, noun="budget",
+        code="budget_not_found",
+    )  # fmt: skip

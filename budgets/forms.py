@@ -15,12 +15,11 @@ from decimal import Decimal, InvalidOperation
 
 from babel.numbers import get_currency_precision
 from django import forms
-from pydantic import ValidationError
 
 from budgets import schemas
 from budgets.services import budget_snapshot
-from console.core.errors import Conflict, GavelError
 from console.core.formatting import money
+from console.web.forms import SchemaForm
 
 SCOPES = (
     ("tenant", "The whole tenant"),
@@ -54,8 +53,12 @@ def _list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
-class BudgetForm(forms.Form):
+class BudgetForm(SchemaForm):
     """Every field is text here: what a value may be is the API schema's to say."""
+
+    schema = schemas.BudgetIn
+    field_of = FIELD_OF
+    conflict_field = {"budget_exists": "name"}
 
     name = forms.CharField(required=False, label="Name")
     scope_type = forms.CharField(required=False, label="Applies to")
@@ -70,8 +73,6 @@ class BudgetForm(forms.Form):
     def __init__(self, *args, currency: str, **kwargs):
         super().__init__(*args, **kwargs)
         self.currency = currency
-        self.payload = None
-        self.sent: dict = {}
 
     # --- form text -> the API body ---
 
@@ -125,48 +126,16 @@ class BudgetForm(forms.Form):
             body["thresholds"] = thresholds
         return body
 
-    def clean(self):
-        data = super().clean()
-        self.sent = body = self.body()
-        unreadable = set(self.errors)  # what could not become part of the body
-        try:
-            payload = schemas.BudgetIn.model_validate(body)
-        except ValidationError as error:
-            for problem in error.errors():
-                self._api_error(problem.get("loc", ()), problem.get("msg", "invalid"), unreadable)
-            return data
-        if not unreadable:
-            self.payload = payload
-        return data
+    def field_for(self, path) -> str | None:
+        return _field(path)
 
-    def _api_error(self, path, message: str, unreadable: set) -> None:
-        field = _field(path)
-        if field in unreadable:  # already named: it could not be read at all
-            return
-        if field == "ceiling" and "greater than or equal to 1" in message:
-            message = f"must be at least {money(1, self.currency)}"
+    def message_for(self, path, message: str) -> str:
+        if self.field_for(path) == "ceiling" and "greater than or equal to 1" in message:
+            return f"must be at least {money(1, self.currency)}"
         parts = list(path)
         if len(parts) == 2 and isinstance(parts[1], int) and parts[0] in ("thresholds", "leads"):
-            message = f"'{self.sent[parts[0]][parts[1]]}': {message}"  # which entry of the list
-        self.add_error(field, message)
-
-    # --- the services' side ---
-
-    def service_fields(self) -> dict:
-        """What the budget services take (snake_case), from the validated body: every field
-        (an edit sets them all; budget_update writes and audits only what changed)."""
-        return self.payload.model_dump()
-
-    def refused(self, error: GavelError) -> None:
-        """A service's 422 (its details name the wire path) or 409 shown on its field."""
-        if isinstance(error, Conflict) and error.code == "budget_exists":
-            self.add_error("name", error.message)
-            return
-        details = error.details if isinstance(error.details, list) else []
-        for detail in details:
-            self.add_error(_field(str(detail.get("path", "")).split(".")), detail.get("message"))
-        if not details:
-            self.add_error(None, error.message)
+            return f"'{self.sent[parts[0]][parts[1]]}': {message}"  # which entry of the list
+        return message
 
 
 def initial(budget, *, currency: str) -> dict:

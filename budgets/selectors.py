@@ -15,7 +15,6 @@ from budgets import rules
 from budgets.schemas import DIMENSIONS
 from budgets.spend import LIST_RELATED, budget_current, budgets_current
 from console.core import paging
-from console.core.errors import Invalid
 from console.core.wire import cursor_pk
 from console.directory import access
 from console.models import Principal, Team
@@ -245,14 +244,7 @@ def budget_read(*, viewer, budget_id: str, now=None) -> dict:
 def _cursor(raw: str | None) -> int:
     if raw is None:
         return 0
-    try:
-        return cursor_pk(paging.decode_tagged("b", raw))
-    except ValueError:
-        raise Invalid(
-            "cursor: not a cursor this server issued",
-            code="validation_error",
-            details=[{"path": "query.cursor", "message": "not a cursor this server issued"}],
-        ) from None
+    return paging.read(lambda c: cursor_pk(paging.decode_tagged("b", c)), raw)
 
 
 def budgets_list(*, viewer, limit: int = 50, cursor: str | None = None, now=None) -> dict:

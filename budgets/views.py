@@ -143,7 +143,7 @@ def _saved(request, form, save, *, budget=None):
     if not form.is_valid():
         return _form_page(request, form, budget=budget, status=422)
     try:
-        saved = save(form.service_fields())
+        saved = save(form.fields_sent())
     except (Invalid, Conflict) as error:
         form.refused(error)
         return _form_page(request, form, budget=budget, status=422)

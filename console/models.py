@@ -253,7 +253,7 @@ class AuditEvent(models.Model):
         indexes = [
             models.Index(fields=["tenant", "-at"], name="audit_tenant_at"),
             models.Index(fields=["tenant", "-id"], name="audit_tenant_id"),
-            # the distinct actions of a tenant (selectors_audit.known_actions: a skip scan)
+            # the distinct actions of a tenant (console.audit.selectors.known_actions: a skip scan)
             models.Index(fields=["tenant", "action"], name="audit_tenant_action"),
             models.Index(
                 fields=["tenant", "id"],

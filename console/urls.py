@@ -2,10 +2,12 @@ from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
+from approvals import views_webhooks
 from console.accounts import passwords, scim, sso
 from console.accounts import views as accounts
 from console.api import api
 from console.web import pages as views
+from gateway import views as gateway_views
 from ops import views as ops_views
 
 urlpatterns = [
@@ -22,6 +24,8 @@ urlpatterns = [
     *passwords.urlpatterns,  # sign-out, password change and reset: the console's own
     path("", views.home, name="home"),
     path("", include("console.manage.urls")),
+    *views_webhooks.urlpatterns,  # /manage/webhooks/: the approvals app's page
+    *gateway_views.urlpatterns,  # /manage/mcp/: the gateway's upstream MCP servers
     path("", include("runs.urls")),
     path("", include("approvals.urls")),
     path("", include("notifications.urls")),

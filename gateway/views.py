@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from approvals.models import Rule
 from console.core.errors import Conflict, Invalid
-from console.manage.common import admin_view, manage_page
 from console.models import Role
+from console.web.admin_pages import admin_view, manage_page
 from gateway import services, upstream
 from gateway.models import McpServer
 from gateway.schemas import McpServerIn

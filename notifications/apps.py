@@ -19,6 +19,7 @@ class NotificationsConfig(AppConfig):
                 sweep_only=True,
             )
         )
+        outbox.register_mail(mail.email_queue)  # the platform's mail (resets, SSO domains)
         outbox.register(
             outbox.Sender(
                 name="emails",

@@ -6,9 +6,8 @@ the API calls, and its 409 (a Slack id another principal holds) lands on its fie
 from __future__ import annotations
 
 from django import forms
-from pydantic import ValidationError
 
-from console.core.errors import GavelError
+from console.web.forms import SchemaForm
 from notifications.schemas import NotificationSettingsPatch
 
 EMAIL_CHOICES = (
@@ -24,17 +23,17 @@ FIELD_OF = {
 }
 
 
-class NotificationSettingsForm(forms.Form):
+class NotificationSettingsForm(SchemaForm):
     """Text fields: what a value may be is the API schema's to say."""
+
+    schema = NotificationSettingsPatch
+    field_of = FIELD_OF
+    conflict_field = {"slack_user_taken": "slack_user_id"}
 
     email = forms.CharField(required=False, label="Email")
     digest_minutes = forms.CharField(required=False, label="Digest every (minutes)")
     slack_user_id = forms.CharField(required=False, label="Slack user id")
     browser = forms.BooleanField(required=False, label="Browser notifications")
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.payload: NotificationSettingsPatch | None = None
 
     def body(self) -> dict:
         data = self.cleaned_data
@@ -50,26 +49,6 @@ class NotificationSettingsForm(forms.Form):
             except ValueError:
                 self.add_error("digest_minutes", f"'{text}' is not a whole number of minutes")
         return body
-
-    def clean(self):
-        data = super().clean()
-        body = self.body()
-        try:
-            payload = NotificationSettingsPatch.model_validate(body)
-        except ValidationError as error:
-            for problem in error.errors():
-                loc = [str(p) for p in problem.get("loc", ())]
-                field = FIELD_OF.get(loc[0]) if loc else None
-                self.add_error(field, problem.get("msg", "invalid"))
-            return data
-        if not self.errors:
-            self.payload = payload
-        return data
-
-    def refused(self, error: GavelError) -> None:
-        """A service's 409 shown on its field."""
-        field = "slack_user_id" if error.code == "slack_user_taken" else None
-        self.add_error(field, error.message)
 
 
 def initial(resource: dict) -> dict:

@@ -47,13 +47,13 @@ class LogEmailBackend(BaseEmailBackend):
         return len(email_messages)
 
 
+def email_queue(*, tenant, to: str, subject: str, text_body: str) -> OutboundEmail:
+    """One mail a platform room queues (console.core.outbox.mail): a row of this outbox."""
+    return OutboundEmail.objects.create(tenant=tenant, to=to, subject=subject, text_body=text_body)
+
+
 def _claim(email: OutboundEmail, now) -> bool:
-    return (
-        OutboundEmail.objects.filter(
-            pk=email.pk, state=EmailState.PENDING, attempts=email.attempts, next_attempt_at__lte=now
-        ).update(next_attempt_at=now + outbox.LEASE)
-        == 1
-    )
+    return outbox.claim(email, now, pending=EmailState.PENDING, state_field="state")
 
 
 def _message(email: OutboundEmail, connection) -> EmailMultiAlternatives:
@@ -137,9 +137,4 @@ def _close(connection) -> None:
 
 def email_next_due():
     """When the soonest pending mail is due (None: nothing pending)."""
-    return (
-        OutboundEmail.objects.filter(state=EmailState.PENDING)
-        .order_by("next_attempt_at")
-        .values_list("next_attempt_at", flat=True)
-        .first()
-    )
+    return outbox.soonest_due(OutboundEmail.objects.filter(state=EmailState.PENDING))

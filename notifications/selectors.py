@@ -3,8 +3,6 @@ console/access.py (a principal's own notifications only)."""
 
 from __future__ import annotations
 
-import binascii
-import json
 from datetime import datetime
 
 from django.db.models import Q
@@ -13,7 +11,6 @@ from approvals import access as approvals_access
 from approvals.models import Approval, ApprovalStatus
 from console.core import paging
 from console.core.errors import Forbidden, Invalid
-from console.core.wire import cursor_pk
 from console.directory import access
 from notifications import access as notifications_access
 from notifications.models import NotificationSettings
@@ -23,23 +20,14 @@ PAGE_SIZE = 50
 
 
 def cursor_encode(notification) -> str:
-    return paging.encode(json.dumps([notification.at.isoformat(), notification.pk]))
+    return paging.encode_time_pk(notification.at, notification.pk)
 
 
 def cursor_decode(cursor: str, *, path: str = "query.cursor") -> tuple[datetime, int]:
-    try:
-        at, pk = json.loads(paging.decode_bytes(cursor))
-        at = datetime.fromisoformat(at)
-        if not isinstance(pk, int) or isinstance(pk, bool) or at.tzinfo is None:
-            raise ValueError
-        cursor_pk(pk)
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, RecursionError):
-        raise Invalid(
-            "the cursor is not one this server issued",
-            code="validation_error",
-            details=[{"path": path, "message": "invalid cursor"}],
-        ) from None
-    return at, pk
+    return paging.read(
+        paging.decode_time_pk, cursor, path=path,
+        message="the cursor is not one this server issued", detail="invalid cursor",
+    )  # fmt: skip
 
 
 def notification_resource(notification) -> dict:

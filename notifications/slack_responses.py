@@ -38,15 +38,7 @@ def slack_response_enqueue(*, tenant_id: int, url, body: dict) -> SlackResponse 
 
 
 def _claim(row: SlackResponse, now) -> bool:
-    return (
-        SlackResponse.objects.filter(
-            pk=row.pk,
-            status=SlackResponseStatus.PENDING,
-            attempts=row.attempts,
-            next_attempt_at__lte=now,
-        ).update(next_attempt_at=now + outbox.LEASE)
-        == 1
-    )
+    return outbox.claim(row, now, pending=SlackResponseStatus.PENDING)
 
 
 def _send(url: str, body: bytes, client) -> tuple[int | None, str]:
@@ -101,9 +93,4 @@ def slack_responses_run_due(*, now=None, client: httpx.Client | None = None, lim
 
 def slack_response_next_due():
     """When the soonest pending response is due (None: nothing pending)."""
-    return (
-        SlackResponse.objects.filter(status=SlackResponseStatus.PENDING)
-        .order_by("next_attempt_at")
-        .values_list("next_attempt_at", flat=True)
-        .first()
-    )
+    return outbox.soonest_due(SlackResponse.objects.filter(status=SlackResponseStatus.PENDING))

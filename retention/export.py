@@ -24,11 +24,10 @@ from pydantic.alias_generators import to_camel
 from approvals.models import DECIDED, Approval
 from approvals.schemas import ApprovalOut, approval_resource
 from budgets.spend import run_costs
+from console.audit.selectors import audit_resource, audit_wire
 from console.directory import access
 from console.directory.selectors import principal_resource
 from console.directory.services.tenant import tenant_settings
-from console.manage.selectors_audit import _wire as audit_wire
-from console.manage.selectors_audit import audit_resource
 from console.models import AuditEvent, Principal, Tenant
 from retention.policy import retention_settings
 from runs import access as runs_access

@@ -6,7 +6,7 @@ from django.db.models import OuterRef, QuerySet, Subquery
 
 from approvals.models import RuleVersion
 from console.core.errors import NotFound
-from console.directory.access import Viewer, require
+from console.directory.access import Viewer, one_in_tenant, require
 from runs.models import Run
 
 
@@ -33,10 +33,12 @@ def run_in_tenant(*, tenant_id: int, run_id: str, for_update: bool = False) -> R
     """The run with this wire id in this tenant, or NotFound. For writers (runtimes).
     `for_update`: locked (run_locked), with its tenant, principal and agent (the rollups'
     keys)."""
-    if for_update:
-        run = run_locked(tenant_id=tenant_id, run_id=run_id)
-    else:
-        run = Run.objects.filter(tenant_id=tenant_id, external_id=run_id).defer("snapshot").first()
+    if not for_update:
+        return one_in_tenant(
+            Run.objects.defer("snapshot"), tenant_id=tenant_id, value=run_id, noun="run",
+            code="run_not_found", field="external_id",
+        )  # fmt: skip
+    run = run_locked(tenant_id=tenant_id, run_id=run_id)
     if run is None:
         raise NotFound(f"no run '{run_id}'", code="run_not_found")
     return run
@@ -44,11 +46,10 @@ def run_in_tenant(*, tenant_id: int, run_id: str, for_update: bool = False) -> R
 
 def run_for(*, viewer: Viewer, run_id: str, for_update: bool = False):
     """The run a viewer asks for: NotFound outside its tenant, Forbidden without view_runs."""
-    qs = Run.objects.filter(tenant_id=viewer.tenant_id, external_id=run_id).defer("snapshot")
-    if for_update:
-        qs = qs.select_for_update()
-    run = qs.first()
-    if run is None:
-        raise NotFound(f"no run '{run_id}'", code="run_not_found")
+    qs = Run.objects.defer("snapshot")
+    run = one_in_tenant(
+        qs.select_for_update() if for_update else qs, tenant_id=viewer.tenant_id, value=run_id,
+        noun="run", code="run_not_found", field="external_id",
+    )  # fmt: skip
     require(viewer, "view_runs")
     return run

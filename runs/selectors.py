@@ -13,7 +13,6 @@ from approvals.schemas import approval_resource
 from approvals.services.expiry import approvals_expire_due
 from budgets.spend import run_costs
 from console.core import paging
-from console.core.errors import Invalid
 from runs import access as runs_access
 from runs.models import Run, run_verdicts, runs_verdicts
 
@@ -93,14 +92,10 @@ def cursor_encode(run: Run) -> str:
 
 
 def cursor_decode(cursor: str) -> tuple[datetime, int]:
-    try:
-        return paging.decode_time_pk(cursor)
-    except ValueError:
-        raise Invalid(
-            "the cursor is not one this server issued",
-            code="validation_error",
-            details=[{"path": "query.cursor", "message": "invalid cursor"}],
-        ) from None
+    return paging.read(
+        paging.decode_time_pk, cursor,
+        message="the cursor is not one this server issued", detail="invalid cursor",
+    )  # fmt: skip
 
 
 def runs_list(

@@ -9,9 +9,10 @@ from django.db import connection
 
 from approvals.services.rules import rules_cache_clear
 from console.core import adb, ratelimit
-from tests.factories import PrincipalFactory, TenantFactory, make_key
 from tests.loopback_only import sitecustomize as loopback_only
 from tests.support import workers
+from tests.support.api import ApiClient
+from tests.support.factories import PrincipalFactory, TenantFactory, make_key
 
 
 def pytest_configure(config):
@@ -125,8 +126,9 @@ def _fresh_compiled_rules():
 
 @pytest.fixture(scope="module")
 def issuer():
-    """A real OpenID provider (tests/oidc_provider.py), one per test module: its issuer URL."""
-    from tests.oidc_provider import running_provider
+    """A real OpenID provider (tests/support/oidc_provider.py), one per test module: its
+    issuer URL."""
+    from tests.support.oidc_provider import running_provider
 
     with running_provider() as url:
         yield url
@@ -195,49 +197,6 @@ def reviewer_b(tenant_b):
         role="reviewer",
         password="reviewer-pass-123",
     )
-
-
-class ApiClient:
-    """Django's test client with a bearer key and JSON bodies."""
-
-    def __init__(self, client, key):
-        self.client = client
-        self.key = key
-
-    def _headers(self, extra):
-        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
-        headers.update(extra or {})
-        return headers
-
-    def get(self, path, headers=None, **params):
-        return self.client.get(path, params, headers=self._headers(headers))
-
-    def post(self, path, body=None, headers=None, raw=None):
-        import json
-
-        data = raw if raw is not None else json.dumps(body)
-        return self.client.post(
-            path, data, content_type="application/json", headers=self._headers(headers)
-        )
-
-    def patch(self, path, body=None, headers=None, raw=None):
-        import json
-
-        data = raw if raw is not None else json.dumps(body)
-        return self.client.patch(
-            path, data, content_type="application/json", headers=self._headers(headers)
-        )
-
-    def delete(self, path, headers=None):
-        return self.client.delete(path, headers=self._headers(headers))
-
-    def put(self, path, body=None, headers=None, raw=None):
-        import json
-
-        data = raw if raw is not None else json.dumps(body)
-        return self.client.put(
-            path, data, content_type="application/json", headers=self._headers(headers)
-        )
 
 
 @pytest.fixture

@@ -48,7 +48,6 @@ log = logging.getLogger(__name__)
 
 BACKOFF_SECONDS = outbox.BACKOFF_SECONDS
 MAX_ATTEMPTS = outbox.MAX_ATTEMPTS
-LEASE = outbox.LEASE
 SENDER = "webhook deliveries"
 URL_MAX_LENGTH = 500
 TEST_EVENT = "webhook.test"  # "send test event": to one endpoint, never subscribed to
@@ -304,15 +303,7 @@ def webhooks_approval_requested(*, approvals) -> int:
 
 
 def _claim(delivery, now) -> bool:
-    return (
-        WebhookDelivery.objects.filter(
-            pk=delivery.pk,
-            status=DeliveryStatus.PENDING,
-            attempts=delivery.attempts,
-            next_attempt_at__lte=now,
-        ).update(next_attempt_at=now + LEASE)
-        == 1
-    )
+    return outbox.claim(delivery, now, pending=DeliveryStatus.PENDING)
 
 
 def _body(delivery) -> dict:
@@ -406,9 +397,5 @@ def webhook_deliveries_run_due(*, now=None, client: httpx.Client | None = None, 
 
 def webhook_next_due():
     """When the soonest pending delivery is due (None: nothing pending)."""
-    return (
-        WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, webhook__is_active=True)
-        .order_by("next_attempt_at")
-        .values_list("next_attempt_at", flat=True)
-        .first()
-    )
+    pending = WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, webhook__is_active=True)
+    return outbox.soonest_due(pending)

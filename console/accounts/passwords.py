@@ -18,9 +18,9 @@ from django.urls import path
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 
-from console.accounts import views as accounts
 from console.directory import signin
 from console.directory.services import passwords
+from console.web import reauth as accounts
 
 CHANGE_PAGE = "registration/password_change_form.html"
 RESET_PAGE = "registration/password_reset_form.html"

@@ -26,13 +26,13 @@ from django.urls import path, reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from console.accounts.views import USER_AGENT_LIMIT, _safe_next
 from console.core import crypto
 from console.core.errors import Conflict
 from console.directory import access, oidc, signin
 from console.directory.services import audit, sso_domains
 from console.directory.services import sso as services
 from console.models import Tenant, TenantOidc
+from console.web.reauth import USER_AGENT_LIMIT, _safe_next
 
 log = logging.getLogger("console.sso")
 SESSION_KEY = "gavel_sso"

@@ -76,7 +76,20 @@ def attempt_fields(
     return fields
 
 
+def soonest_due(pending) -> datetime | None:
+    """When the soonest of an outbox's pending rows (a queryset) is due (None: none)."""
+    return pending.order_by("next_attempt_at").values_list("next_attempt_at", flat=True).first()
+
+
 # --- outbound HTTP: fair claims, a bounded pool ---
+
+
+def claim(row, now: datetime, *, pending: str, state_field: str = "status") -> bool:
+    """Lease one due row of any outbox for one attempt: a conditional UPDATE on its state, its
+    attempt count and its due time, so two processes never send one attempt twice."""
+    lookup = {state_field: pending, "attempts": row.attempts, "next_attempt_at__lte": now}
+    leased = type(row).objects.filter(pk=row.pk, **lookup).update(next_attempt_at=now + LEASE)
+    return leased == 1
 
 
 @dataclass(frozen=True)
@@ -339,3 +352,25 @@ def stop(timeout: float = 5.0) -> None:
         _stop.set()
         _wake.set()
         worker.join(timeout)
+
+
+# --- mail from the platform ---
+# The mail outbox (its table, its sender) is the notifications app's. A platform room that
+# mails a person (a password reset, an SSO domain's confirmation) queues it here; the app
+# registers its writer in `ready()`, so the platform never imports a feature.
+
+_mail_queue: Callable[..., object] | None = None
+
+
+def register_mail(queue: Callable[..., object]) -> None:
+    """The mail outbox's writer: `queue(tenant=, to=, subject=, text_body=)` writes one row."""
+    global _mail_queue
+    _mail_queue = queue
+
+
+def mail(*, tenant, to: str, subject: str, text_body: str):
+    """Queue one mail in the caller's transaction (sent by the mail sender, like every
+    other mail). Returns the outbox's row."""
+    if _mail_queue is None:
+        raise RuntimeError("no mail outbox is registered (the notifications app registers it)")
+    return _mail_queue(tenant=tenant, to=to, subject=subject, text_body=text_body)

@@ -181,11 +181,31 @@ _DIRECTORY = {
 }
 
 
+def held_in_tenant(qs, *, tenant_id: int, value: str, noun: str, code: str,
+                   field: str = "public_id") -> None:  # fmt: skip
+    """NotFound unless this tenant holds an object of `qs` with `field=value` (the API's 404
+    check of a path parameter)."""
+    if not qs.filter(tenant_id=tenant_id, **{field: value}).exists():
+        raise NotFound(f"no {noun} '{value}'", code=code)
+
+
+def one_in_tenant(qs, *, tenant_id: int, value: str, noun: str, code: str,
+                  field: str = "public_id"):  # fmt: skip
+    """The object of `qs` this tenant holds with `field=value`, else NotFound: another tenant's
+    is answered exactly like a missing one. Callers check the capability after it (a missing
+    object is a 404 whoever asks)."""
+    found = qs.filter(tenant_id=tenant_id, **{field: value}).first()
+    if found is None:
+        raise NotFound(f"no {noun} '{value}'", code=code)
+    return found
+
+
 def directory_in_tenant(*, tenant_id: int, kind: str, name: str) -> None:
     """NotFound unless this tenant holds the principal, role or team (the API's 404 check)."""
     model, field, code = _DIRECTORY[kind]
-    if not model.objects.filter(tenant_id=tenant_id, **{field: name}).exists():
-        raise NotFound(f"no {kind} '{name}'", code=code)
+    held_in_tenant(
+        model.objects, tenant_id=tenant_id, value=name, noun=kind, code=code, field=field
+    )
 
 
 def directory_of(*, viewer: Viewer, kind: str) -> QuerySet:
@@ -199,9 +219,9 @@ def directory_for(*, viewer: Viewer, kind: str, name: str):
     """One principal, role or team of the viewer's tenant: NotFound outside it (another
     tenant's is answered exactly like a missing one), Forbidden without `admin`."""
     model, field, code = _DIRECTORY[kind]
-    found = model.objects.filter(tenant_id=viewer.tenant_id, **{field: name}).first()
-    if found is None:
-        raise NotFound(f"no {kind} '{name}'", code=code)
+    found = one_in_tenant(
+        model.objects, tenant_id=viewer.tenant_id, value=name, noun=kind, code=code, field=field
+    )
     require_capability(viewer, "admin")
     return found
 
@@ -255,18 +275,16 @@ def keys_of(*, viewer: Viewer) -> QuerySet:
 
 def key_in_tenant(*, tenant_id: int, key_id: str) -> None:
     """NotFound unless this tenant holds a key with this wire id (the API's 404 check)."""
-    if not ApiKey.objects.filter(tenant_id=tenant_id, public_id=key_id).exists():
-        raise NotFound(f"no API key '{key_id}'", code="key_not_found")
+    held_in_tenant(
+        ApiKey.objects, tenant_id=tenant_id, value=key_id, noun="API key", code="key_not_found"
+    )
 
 
 def key_for(*, viewer: Viewer, key_id: str) -> ApiKey:
     """One API key of the viewer's tenant: NotFound outside it, Forbidden without admin."""
-    key = (
-        ApiKey.objects.select_related("principal", "tenant")
-        .filter(tenant_id=viewer.tenant_id, public_id=key_id)
-        .first()
-    )
-    if key is None:
-        raise NotFound(f"no API key '{key_id}'", code="key_not_found")
+    key = one_in_tenant(
+        ApiKey.objects.select_related("principal", "tenant"),
+        tenant_id=viewer.tenant_id, value=key_id, noun="API key", code="key_not_found",
+    )  # fmt: skip
     require_capability(viewer, "admin")
     return key

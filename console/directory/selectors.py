@@ -3,10 +3,12 @@ filtered and keyset-paginated lists, and the known tool names a role's globs mat
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from fnmatch import fnmatchcase
+
 from django.db.models import Count, Prefetch, Q
 
 from console.core import paging
-from console.core.errors import Invalid
 from console.directory import access
 from console.directory.schemas.directory import principal_snapshot, role_snapshot, team_snapshot
 from console.models import Principal, Role, Team
@@ -15,14 +17,7 @@ from console.models import Principal, Role, Team
 def _cursor(raw: str | None, tag: str) -> int:
     if raw is None:
         return 0
-    try:
-        return paging.decode_tagged(tag, raw)
-    except ValueError:
-        raise Invalid(
-            "cursor: not a cursor this server issued",
-            code="validation_error",
-            details=[{"path": "query.cursor", "message": "not a cursor this server issued"}],
-        ) from None
+    return paging.read(lambda c: paging.decode_tagged(tag, c), raw)
 
 
 def _page(qs, *, limit: int, cursor: str | None, tag: str, resource) -> dict:
@@ -163,3 +158,29 @@ def principal_page(*, viewer, principal_id: str) -> dict:
         "principal": principal_resource(principal),
         "keys": [{"name": k.name, "prefix": k.key_prefix, "scopes": k.scopes} for k in keys],
     }
+
+
+# --- the tools a role's globs match ---
+# Which tool names a tenant's calls have named is the approvals app's to know: it registers
+# its `known_tools` here in `ready()`, so the directory (and the role form) knows no feature.
+
+
+def _no_tools(*, viewer) -> list[str]:
+    return []
+
+
+_known_tools: Callable[..., list[str]] = _no_tools
+
+
+def register_known_tools(source: Callable[..., list[str]]) -> None:
+    """`source(viewer=)`: the tenant's tool names, sorted (an admin's read)."""
+    global _known_tools
+    _known_tools = source
+
+
+def tools_matched(*, viewer, globs: list[str]) -> dict:
+    """Which known tool names the globs match (fnmatch, case-sensitive, as `can` decides)."""
+    tools = _known_tools(viewer=viewer)
+    globs = [g.strip() for g in globs if g.strip()]
+    matched = [t for t in tools if any(fnmatchcase(t, g) for g in globs)]
+    return {"globs": globs, "matched": matched, "known": len(tools)}

@@ -9,11 +9,9 @@ and 409s land on the fields they name.
 from __future__ import annotations
 
 from django import forms
-from pydantic import ValidationError
-from pydantic.alias_generators import to_snake
 
-from console.core.errors import GavelError
 from console.directory.schemas import directory as s
+from console.web.forms import SchemaForm
 
 CAPABILITY_HELP = {
     "view_runs": "See runs and their approvals",
@@ -30,58 +28,20 @@ def lines(text: str) -> list[str]:
     return [item.strip() for item in text.replace(",", "\n").splitlines() if item.strip()]
 
 
-class ApiForm(forms.Form):
-    """A form whose cleaned body is validated by `schema` (the API's). Subclasses say how
-    their fields make the body (`body()`)."""
+class DirectoryForm(SchemaForm):
+    """The directory's forms: a problem inside a field (a role map's key, say) names it; a
+    taken name or id is shown on its field."""
 
-    schema = None
-    # A wire field -> the form field that shows its errors (same name, snake_case, by default).
-    field_of: dict = {}
+    conflict_field = {"principal_exists": "id", "role_exists": "name", "team_exists": "name"}
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.payload = None
-
-    def body(self) -> dict:
-        raise NotImplementedError
-
-    def clean(self):
-        data = super().clean()
-        try:
-            self.payload = self.schema.model_validate(self.body())
-        except ValidationError as error:
-            for problem in error.errors():
-                self._show(problem.get("loc", ()), problem.get("msg", "invalid"))
-        return data
-
-    def _show(self, path, message: str) -> None:
+    def message_for(self, path, message: str) -> str:
         parts = [str(p) for p in path]
-        wire = parts[0] if parts else ""
-        field = self.field_of.get(wire, to_snake(wire))
-        if field not in self.fields:
-            field = None
-        if len(parts) > 1 and field:
-            message = f"{parts[1]}: {message}" if not parts[1].isdigit() else message
-        self.add_error(field, message)
-
-    def fields_sent(self) -> dict:
-        """What the services take (snake_case): a PATCH schema's changes, else every field."""
-        if hasattr(self.payload, "changes"):
-            return self.payload.changes()
-        return self.payload.model_dump()
-
-    def refused(self, error: GavelError) -> None:
-        """A service's 422 (details name the wire path) or 409, shown on its field."""
-        details = error.details if isinstance(error.details, list) else []
-        for detail in details:
-            self._show(str(detail.get("path", "")).split("."), detail.get("message", ""))
-        if not details:
-            field = {"principal_exists": "id", "role_exists": "name", "team_exists": "name"}
-            target = field.get(error.code)
-            self.add_error(target if target in self.fields else None, error.message)
+        if len(parts) > 1 and self.field_for(path) and not parts[1].isdigit():
+            return f"{parts[1]}: {message}"
+        return message
 
 
-class PrincipalNewForm(ApiForm):
+class PrincipalNewForm(DirectoryForm):
     schema = s.PrincipalIn
     id = forms.CharField(required=False, label="Id")
     name = forms.CharField(required=False, label="Name")
@@ -105,7 +65,7 @@ class PrincipalNewForm(ApiForm):
         return body
 
 
-class PrincipalDetailsForm(ApiForm):
+class PrincipalDetailsForm(DirectoryForm):
     """Name, email and teams (not sensitive)."""
 
     schema = s.PrincipalPatch
@@ -126,7 +86,7 @@ class PrincipalDetailsForm(ApiForm):
         }
 
 
-class PrincipalRolesForm(ApiForm):
+class PrincipalRolesForm(DirectoryForm):
     schema = s.PrincipalPatch
     roles = forms.MultipleChoiceField(required=False, choices=())
 
@@ -138,7 +98,7 @@ class PrincipalRolesForm(ApiForm):
         return {"roles": list(self.cleaned_data.get("roles") or [])}
 
 
-class PrincipalPasswordForm(ApiForm):
+class PrincipalPasswordForm(DirectoryForm):
     schema = s.PrincipalPatch
     password = forms.CharField(required=False)
 
@@ -146,7 +106,7 @@ class PrincipalPasswordForm(ApiForm):
         return {"password": self.cleaned_data.get("password") or ""}
 
 
-class RoleForm(ApiForm):
+class RoleForm(DirectoryForm):
     """New (`schema` RoleIn, with a name) or edit (RolePatch, the name is the URL's)."""
 
     field_of = {"decideTools": "decide_tools", "slackDecide": "slack_decide"}
@@ -175,7 +135,7 @@ class RoleForm(ApiForm):
         return body
 
 
-class TeamForm(ApiForm):
+class TeamForm(DirectoryForm):
     name = forms.CharField(required=False)
     members = forms.MultipleChoiceField(required=False, choices=())
     leads = forms.MultipleChoiceField(required=False, choices=())

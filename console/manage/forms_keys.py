@@ -1,7 +1,7 @@
-"""The forms of /manage/keys/, /manage/webhooks/ and /manage/settings/.
+"""The forms of /manage/keys/ and /manage/settings/ (/manage/webhooks/'s is approvals').
 
 They only translate: form fields become the API's body, validated by the API's own schemas
-(console.schemas_keys, approvals.schemas_webhooks), so a page accepts and refuses exactly what
+(console.directory.schemas.keys), so a page accepts and refuses exactly what
 the API does; the views then call the services the API calls, whose 422s land on the field
 their `details` name.
 """
@@ -12,12 +12,9 @@ from datetime import datetime, time
 from zoneinfo import ZoneInfo
 
 from django import forms
-from pydantic import BaseModel, ValidationError
 
-from approvals.models import WebhookEvent
-from approvals.schemas_webhooks import WebhookIn
-from console.core.errors import GavelError
 from console.directory.schemas.keys import KeyIn, TenantPatch
+from console.web.forms import PlainSchemaForm
 
 SCOPE_CHOICES = (
     ("ingest", "ingest: write runs, read decisions (agent runtimes)"),
@@ -25,56 +22,6 @@ SCOPE_CHOICES = (
     ("manage", "manage: the management API, as its principal"),
     ("scim", "scim: user provisioning from your identity provider (SCIM 2.0; acts as no one)"),
 )
-EVENT_CHOICES = tuple((e.value, e.value) for e in WebhookEvent)
-
-
-class ApiForm(forms.Form):
-    """A form whose fields make a wire body that an API schema validates. `FIELD_OF` maps a
-    wire path's first segment to the form field its errors belong to."""
-
-    SCHEMA: type[BaseModel]
-    FIELD_OF: dict[str, str] = {}
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.payload = None
-
-    def body(self) -> dict:  # pragma: no cover - each form says
-        raise NotImplementedError
-
-    def _field(self, path) -> str | None:
-        parts = [str(p) for p in path if str(p) not in ("body", "payload")]
-        return self.FIELD_OF.get(parts[0]) if parts else None
-
-    def clean(self):
-        data = super().clean()
-        body = self.body()
-        unreadable = set(self.errors)
-        try:
-            payload = self.SCHEMA.model_validate(body)
-        except ValidationError as error:
-            for problem in error.errors():
-                field = self._field(problem.get("loc", ()))
-                if field not in unreadable:
-                    self.add_error(field, _message(problem))
-            return data
-        if not unreadable:
-            self.payload = payload
-        return data
-
-    def refused(self, error: GavelError) -> None:
-        """A service's 422 shown on the field its details name (else above the form)."""
-        details = error.details if isinstance(error.details, list) else []
-        for detail in details:
-            path = str(detail.get("path", "")).split(".")
-            self.add_error(self._field(path), detail.get("message"))
-        if not details:
-            self.add_error(None, error.message)
-
-
-def _message(problem: dict) -> str:
-    message = problem.get("msg", "invalid")
-    return message.removeprefix("Value error, ")
 
 
 def _number(text: str):
@@ -92,9 +39,9 @@ def _number(text: str):
 # --- keys ---
 
 
-class KeyForm(ApiForm):
-    SCHEMA = KeyIn
-    FIELD_OF = {
+class KeyForm(PlainSchemaForm):
+    schema = KeyIn
+    field_of = {
         "name": "name",
         "scopes": "scopes",
         "principalId": "principal_id",
@@ -141,35 +88,15 @@ class KeyForm(ApiForm):
         return body
 
 
-# --- webhooks ---
-
-
-class WebhookForm(ApiForm):
-    SCHEMA = WebhookIn
-    FIELD_OF = {"url": "url", "events": "events", "format": "format"}
-
-    url = forms.CharField(required=False, label="URL")
-    events = forms.MultipleChoiceField(required=False, choices=EVENT_CHOICES, label="Events")
-    format = forms.CharField(required=False, label="Format")
-
-    def body(self) -> dict:
-        data = self.cleaned_data
-        return {
-            "url": data["url"].strip(),
-            "events": data["events"],
-            "format": data["format"] or "gavel",
-        }
-
-
 # --- the tenant's settings ---
 
 
-class SettingsForm(ApiForm):
+class SettingsForm(PlainSchemaForm):
     """The whole settings form; only what differs from the tenant's settings is sent (a
     PATCH), and the Slack signing secret only when typed (or removed with its box)."""
 
-    SCHEMA = TenantPatch
-    FIELD_OF = {
+    schema = TenantPatch
+    field_of = {
         "name": "name",
         "allowSelfApproval": "allow_self_approval",
         "approvalTtlSeconds": "approval_ttl_minutes",

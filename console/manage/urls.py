@@ -2,7 +2,6 @@ from django.urls import path
 
 from console.manage import views_audit, views_directory, views_keys, views_oidc
 from console.web import pages as views
-from gateway import views as gateway_views
 
 urlpatterns = [
     path("manage/", views.manage, name="manage"),
@@ -10,5 +9,4 @@ urlpatterns = [
     *views_keys.urlpatterns,
     *views_audit.urlpatterns,
     *views_oidc.urlpatterns,  # single sign-on settings
-    *gateway_views.urlpatterns,  # upstream MCP servers of the gateway
 ]

@@ -1,19 +1,19 @@
 """/manage/audit/: the audit log with its filters, pages, exports, chain status and retention
-(reads from console.selectors_audit; the chain check is the API's own service)."""
+(reads from console.audit.selectors; the chain check is the API's own service)."""
 
 from django.shortcuts import render
 from django.urls import path
 from django.views.decorators.http import require_GET
 
+from console.audit import selectors
 from console.audit.log import audit_verify
-from console.manage import selectors_audit as selectors
-from console.manage.common import admin_view, manage_page
+from console.web.admin_pages import admin_view, manage_page
 
 
 @require_GET
 @admin_view
 def audit_index(request):
-    context = selectors.audit_page_context(viewer=request.viewer, params=request.GET)
+    context = selectors.audit_page_context(tenant=request.viewer.tenant, params=request.GET)
     return manage_page(request, "manage/audit.html", context, tab="audit")
 
 

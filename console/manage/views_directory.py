@@ -12,14 +12,13 @@ from django.http import QueryDict
 from django.shortcuts import redirect, render
 from django.urls import path
 
-from approvals import selectors as approvals_selectors
-from console.accounts.views import require_recent_auth
 from console.core.errors import Conflict, Invalid
 from console.directory import access, selectors
 from console.directory.services import principals, roles, teams
 from console.manage import forms_directory as f
-from console.manage.common import admin_view, manage_page
 from console.models import CAPABILITIES
+from console.web.admin_pages import admin_view, manage_page
+from console.web.reauth import require_recent_auth
 
 PRINCIPALS = "manage/principals.html"
 PRINCIPAL = "manage/principal.html"
@@ -214,7 +213,7 @@ def _role_page(request, form, *, role=None, status=200, refused=None):
         "form": form,
         "role": role,
         "capabilities": [(c, f.CAPABILITY_HELP[c]) for c in CAPABILITIES],
-        "preview": approvals_selectors.tools_matched(viewer=viewer, globs=globs),
+        "preview": selectors.tools_matched(viewer=viewer, globs=globs),
         "refused": refused,
     }
     return manage_page(request, ROLE, context, tab="roles", status=status)
@@ -299,7 +298,7 @@ def role_delete(request, role_name: str):
 def role_preview(request):
     """The live preview: which known tool names the typed globs match (htmx, GET)."""
     globs = f.lines(request.GET.get("decide_tools", ""))
-    context = {"preview": approvals_selectors.tools_matched(viewer=request.viewer, globs=globs)}
+    context = {"preview": selectors.tools_matched(viewer=request.viewer, globs=globs)}
     return render(request, f"{ROLE}#tool-preview", context)
 
 

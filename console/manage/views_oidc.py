@@ -6,15 +6,15 @@ and 409s land on the fields they name."""
 from django import forms
 from django.urls import path
 from django.views.decorators.http import require_POST
-from pydantic import ValidationError
 
-from console.accounts.views import require_recent_auth
 from console.core.errors import Conflict, Invalid, NotFound
 from console.directory.schemas.oidc import OidcPatch
 from console.directory.services import sso as services
 from console.directory.services import sso_domains
-from console.manage.common import admin_view, manage_page
 from console.models import TenantOidc
+from console.web.admin_pages import admin_view, manage_page
+from console.web.forms import SchemaForm
+from console.web.reauth import require_recent_auth
 
 TEMPLATE = "manage/oidc.html"
 # The first segment of a wire path (a 422's `details[].path`) -> the form field.
@@ -30,8 +30,11 @@ FIELD_OF = {
 }
 
 
-class OidcForm(forms.Form):
+class OidcForm(SchemaForm):
     """Text fields: what a value may be is the API schema's to say."""
+
+    schema = OidcPatch
+    field_of = FIELD_OF
 
     issuer = forms.CharField(required=False)
     client_id = forms.CharField(required=False)
@@ -81,11 +84,6 @@ class OidcForm(forms.Form):
             body["clientSecret"] = data["client_secret"]
         return body
 
-    def refused(self, details) -> None:
-        for detail in details or []:
-            path = detail.get("path", "")
-            self.add_error(FIELD_OF.get(path.split(".")[0]), detail.get("message", "invalid"))
-
 
 def _page(request, form, *, saved=False, status=200, domain_note=None, domain_error=None):
     config = services.oidc_of(request.viewer.tenant)
@@ -113,22 +111,14 @@ def oidc_settings(request):
 @require_recent_auth
 def _save(request):
     form = OidcForm(request.POST)
-    form.is_valid()
-    try:
-        payload = OidcPatch.model_validate(form.body())
-        services.oidc_update(
-            tenant=request.viewer.tenant, fields=payload.changes(), viewer=request.viewer
-        )
-    except ValidationError as error:
-        form.refused(
-            [
-                {"path": ".".join(str(p) for p in e["loc"]), "message": e["msg"]}
-                for e in error.errors()
-            ]
-        )
+    if not form.is_valid():
         return _page(request, form, status=422)
+    try:
+        services.oidc_update(
+            tenant=request.viewer.tenant, fields=form.fields_sent(), viewer=request.viewer
+        )
     except Invalid as error:
-        form.refused(error.details or [{"path": "", "message": error.message}])
+        form.refused(error)
         return _page(request, form, status=422)
     except Conflict as error:  # domain_taken
         form.add_error(

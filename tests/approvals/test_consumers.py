@@ -6,9 +6,9 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from console.models import Role
-from tests.console.live import close_code, frames_until, hello, open_socket
-from tests.factories import PrincipalFactory
+from tests.support.factories import PrincipalFactory
 from tests.support.runs_live import RUN, admit, post_events
+from tests.support.sockets import close_code, frames_until, hello, open_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 CALL = {"toolCallId": "c1", "toolName": "send_email", "arguments": {"to": "bob@example.com"}}

@@ -13,7 +13,7 @@ from approvals.services import delivery
 from approvals.services.decisions import approval_decide
 from console.core import adb
 from console.core.db import released
-from tests.factories import ApprovalFactory, RunFactory
+from tests.support.factories import ApprovalFactory, RunFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 

@@ -14,7 +14,7 @@ from approvals import access, selectors_desk
 from approvals.models import Approval, ApprovalStatus
 from budgets.models import Budget, BudgetOverride
 from console.models import Role
-from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory, make_key
+from tests.support.factories import ApprovalFactory, PrincipalFactory, RunFactory, make_key
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from approvals.models import Approval
 from approvals.services.decisions import approval_decide
-from tests.factories import ApprovalFactory, RunFactory, make_key
+from tests.support.factories import ApprovalFactory, RunFactory, make_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

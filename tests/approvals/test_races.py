@@ -13,7 +13,7 @@ from django.test import Client
 
 from approvals.models import Approval, ApprovalStatus
 from console.models import AuditEvent
-from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory, make_key
+from tests.support.factories import ApprovalFactory, PrincipalFactory, RunFactory, make_key
 
 DECIDERS = 50
 APPROVALS = 20

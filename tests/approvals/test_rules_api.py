@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus, Rule, RuleVersion
 from console.models import AuditEvent
-from tests.conftest import ApiClient
-from tests.factories import (
+from tests.support.api import ApiClient
+from tests.support.factories import (
     AgentFactory,
     ApprovalFactory,
     ConversationFactory,

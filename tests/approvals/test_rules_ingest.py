@@ -18,7 +18,7 @@ from approvals.models import Approval, ApprovalStatus, Rule, WebhookDelivery
 from approvals.services.rules import rule_create, rule_deactivate, rule_update
 from approvals.services.webhooks import webhook_create
 from console.models import AuditEvent
-from tests.factories import PrincipalFactory, make_key
+from tests.support.factories import PrincipalFactory, make_key
 
 pytestmark = pytest.mark.django_db
 

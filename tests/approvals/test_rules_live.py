@@ -9,8 +9,8 @@ import os
 import httpx
 import pytest
 
-from tests.sdk.live import last_line, live_env, manage
 from tests.support.daphne import daphne, hold
+from tests.support.live_console import last_line, live_env, manage
 
 pytestmark = pytest.mark.postgres
 

@@ -12,7 +12,7 @@ from approvals.models import Approval, ApprovalStatus, Rule
 from approvals.selectors_stats import decision_stats
 from approvals.services.rules import rule_create
 from console.models import AuditEvent
-from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory
+from tests.support.factories import ApprovalFactory, PrincipalFactory, RunFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from approvals.models import SavedView
 from approvals.services.saved_views import MAX_VIEWS, saved_view_create
 from console.core.errors import Conflict, Forbidden, Invalid, NotFound
 from console.models import Principal
-from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory
+from tests.support.factories import ApprovalFactory, PrincipalFactory, RunFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from approvals import selectors, selectors_desk
 from approvals.models import Approval, ApprovalStatus
 from console.core.errors import Forbidden
 from console.models import ApiKey, Role
-from tests.factories import (
+from tests.support.factories import (
     AgentFactory,
     ApprovalFactory,
     PrincipalFactory,

@@ -14,7 +14,7 @@ from approvals.services.decisions import (
 from approvals.services.expiry import approvals_expire_due
 from console.core.errors import Conflict, Forbidden, Invalid, NotFound
 from console.models import AuditEvent, Role
-from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory, make_key
+from tests.support.factories import ApprovalFactory, PrincipalFactory, RunFactory, make_key
 
 pytestmark = pytest.mark.django_db
 

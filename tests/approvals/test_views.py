@@ -10,7 +10,7 @@ from django.utils import timezone
 from approvals.models import Approval, ApprovalStatus
 from approvals.services.decisions import approval_decide
 from console.models import Role
-from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory
+from tests.support.factories import ApprovalFactory, PrincipalFactory, RunFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from approvals.services import webhooks
 from approvals.services.decisions import approval_decide
 from console.core import outbound
 from console.core.errors import Invalid
-from tests.factories import ApprovalFactory, RunFactory
+from tests.support.factories import ApprovalFactory, RunFactory
 from tests.support.webhooks import Receiver
 
 pytestmark = pytest.mark.django_db

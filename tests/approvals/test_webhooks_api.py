@@ -6,8 +6,8 @@ import pytest
 
 from approvals.models import Webhook
 from console.models import AuditEvent
-from tests.conftest import ApiClient
-from tests.factories import make_key
+from tests.support.api import ApiClient
+from tests.support.factories import make_key
 
 pytestmark = pytest.mark.django_db
 

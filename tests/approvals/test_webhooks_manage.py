@@ -12,8 +12,8 @@ from approvals.models import DeliveryStatus, Webhook, WebhookDelivery
 from approvals.services import webhooks
 from console.directory import signin
 from console.models import AuditEvent
-from tests.conftest import ApiClient
-from tests.factories import make_key
+from tests.support.api import ApiClient
+from tests.support.factories import make_key
 from tests.support.webhooks import Receiver
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from console.middleware import CSP
-from tests.browser.conftest import shot
+from tests.support.browser import shot
 from tests.support.docs import _docs_copy
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

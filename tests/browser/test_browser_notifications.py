@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.conftest import shot, sign_in
-from tests.sdk.live import live_env
+from tests.support.browser import shot, sign_in
 from tests.support.browser_live import (
     HELD,
     PASSWORD,
@@ -19,6 +18,7 @@ from tests.support.browser_live import (
     provision,
     runtime,
 )
+from tests.support.live_console import live_env
 
 pytestmark = pytest.mark.browser
 

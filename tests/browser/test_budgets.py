@@ -18,9 +18,9 @@ from datetime import date, timedelta
 import httpx
 import pytest
 
-from tests.browser.conftest import shot, sign_in
-from tests.sdk.live import LiveConsole, last_line, manage
+from tests.support.browser import shot, sign_in
 from tests.support.docs import _docs_copy
+from tests.support.live_console import LiveConsole, last_line, manage
 
 pytestmark = pytest.mark.browser
 TENANT, OTHER = "acme", "globex"

@@ -7,8 +7,8 @@ Rows are made before `page` is asked for (the ORM refuses to run beside Playwrig
 import pytest
 from django.utils import timezone
 
-from tests.browser.conftest import shot, sign_in
-from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory
+from tests.support.browser import shot, sign_in
+from tests.support.factories import ApprovalFactory, PrincipalFactory, RunFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

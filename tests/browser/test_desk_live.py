@@ -4,8 +4,7 @@ the pane says who decided."""
 
 import pytest
 
-from tests.browser.conftest import sign_in
-from tests.sdk.live import last_line, live_env, manage
+from tests.support.browser import sign_in
 from tests.support.browser_live import (
     HELD,
     PASSWORD,
@@ -19,6 +18,7 @@ from tests.support.browser_live import (
     provision,
     runtime,
 )
+from tests.support.live_console import last_line, live_env, manage
 
 pytestmark = pytest.mark.browser
 

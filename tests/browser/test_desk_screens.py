@@ -6,9 +6,9 @@ taint), and no horizontal overflow at either width."""
 import pytest
 from django.utils import timezone
 
-from tests.browser.conftest import shot, sign_in
-from tests.factories import AgentFactory, ApprovalFactory, PrincipalFactory, RunFactory
+from tests.support.browser import shot, sign_in
 from tests.support.docs import _docs_copy
+from tests.support.factories import AgentFactory, ApprovalFactory, PrincipalFactory, RunFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import ARGS, CHROMIUM, shot, sign_in
-from tests.factories import ApprovalFactory, RunFactory, make_key
+from tests.support.browser import ARGS, CHROMIUM, shot, sign_in
+from tests.support.factories import ApprovalFactory, RunFactory, make_key
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -14,8 +14,7 @@ import time
 
 import pytest
 
-from tests.browser.conftest import sign_in
-from tests.sdk.live import live_env
+from tests.support.browser import sign_in
 from tests.support.browser_live import (
     HELD,
     PASSWORD,
@@ -28,6 +27,7 @@ from tests.support.browser_live import (
     provision,
     runtime,
 )
+from tests.support.live_console import live_env
 
 
 def open_run_page(browser_context, url: str):

@@ -10,9 +10,9 @@ from playwright.sync_api import expect
 from console.directory.services.principals import principal_update
 from console.directory.services.roles import role_add, role_update
 from console.directory.services.tenant import tenant_update
-from tests.browser.conftest import shot, sign_in
-from tests.factories import PrincipalFactory
+from tests.support.browser import shot, sign_in
 from tests.support.docs import _docs_copy
+from tests.support.factories import PrincipalFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

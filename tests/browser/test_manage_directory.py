@@ -8,9 +8,9 @@ import pytest
 from playwright.sync_api import expect
 
 from console.models import Team
-from tests.browser.conftest import shot, sign_in
-from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory
+from tests.support.browser import shot, sign_in
 from tests.support.docs import _docs_copy
+from tests.support.factories import ApprovalFactory, PrincipalFactory, RunFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import shot, sign_in
+from tests.support.browser import shot, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

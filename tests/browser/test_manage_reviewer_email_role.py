@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from tests.browser.conftest import shot, sign_in
-from tests.factories import ApprovalFactory, RunFactory, make_key
+from tests.support.browser import shot, sign_in
+from tests.support.factories import ApprovalFactory, RunFactory, make_key
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from tests.browser.conftest import ARGS, CHROMIUM, demo_runs, screenshot
+from tests.support.browser import ARGS, CHROMIUM, demo_runs, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from tests.browser.conftest import shot, sign_in
+from tests.support.browser import shot, sign_in
 from tests.support.docs import _docs_copy
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -6,7 +6,7 @@ import pytest
 
 from console.models import Tenant
 from retention.models import RetentionPolicy
-from tests.browser.conftest import shot, sign_in
+from tests.support.browser import shot, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

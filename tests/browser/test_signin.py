@@ -3,15 +3,15 @@ build/screenshots/."""
 
 import pytest
 
-from tests.browser.conftest import shot, sign_in
+from tests.support.browser import shot, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
 def two_tenant_alice(tenant_a, tenant_b):
-    from console.directory.services import principal_create
-    from tests.factories import RunFactory
+    from console.directory.services.principals import principal_create
+    from tests.support.factories import RunFactory
 
     for tenant in (tenant_a, tenant_b):
         principal_create(

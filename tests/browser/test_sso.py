@@ -15,8 +15,8 @@ import pytest
 
 from console.directory.services import sso as sso_services
 from console.directory.services import sso_domains
-from tests.browser.conftest import shot
-from tests.oidc_provider import running_provider, set_user
+from tests.support.browser import shot
+from tests.support.oidc_provider import running_provider, set_user
 
 pytestmark = [
     pytest.mark.browser,
@@ -143,7 +143,7 @@ def test_an_answer_from_an_unknown_issuer_is_refused(sso_a, page):
 
 @pytest.fixture
 def rita_gone(sso_a):
-    from tests.factories import PrincipalFactory
+    from tests.support.factories import PrincipalFactory
 
     return PrincipalFactory(tenant=sso_a, external_id="rita@a.example", is_active=False)
 
@@ -173,7 +173,7 @@ def test_an_expired_id_token_is_refused(expired_provider, page):
 
 
 def test_an_admin_edits_sso_settings_in_the_console(sso_a, page):
-    from tests.browser.conftest import sign_in
+    from tests.support.browser import sign_in
 
     sign_in(page, "admin@a.example", "admin-pass-123", next_path="/manage/settings/sso/")
     assert page.get_by_label("Client id").input_value() == "gavel-a"

@@ -1,7 +1,7 @@
 import pytest
 
-from tests.conftest import ApiClient
-from tests.factories import PrincipalFactory, make_key
+from tests.support.api import ApiClient
+from tests.support.factories import PrincipalFactory, make_key
 
 
 @pytest.fixture

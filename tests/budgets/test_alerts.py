@@ -14,9 +14,9 @@ from budgets import spend as budget_spend
 from budgets.models import BudgetAlert
 from budgets.services import budget_archive, budget_create
 from console.models import Team
-from tests.budgets.helpers import admit, post_events, spend, step
-from tests.conftest import ApiClient
-from tests.factories import PrincipalFactory, make_key
+from tests.support.api import ApiClient
+from tests.support.budgets import admit, post_events, spend, step
+from tests.support.factories import PrincipalFactory, make_key
 
 pytestmark = pytest.mark.django_db
 
@@ -125,8 +125,8 @@ def test_a_batch_that_fails_writes_no_alert(ingest_a, tenant_a, delivered):
 
 
 def test_snapshots_and_outcomes_fire_alerts_too(ingest_a, tenant_a, delivered):
-    from tests.runs.states import state, usage
-    from tests.runs.states import step as state_step
+    from tests.support.states import state, usage
+    from tests.support.states import step as state_step
 
     b = budget(tenant_a, thresholds=[50, 100])
     body = state("s1", steps=[state_step(1, u=(1, 1, 60))], usage=usage(1, 1, 60))

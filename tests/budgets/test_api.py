@@ -11,9 +11,9 @@ from budgets.spend import budget_current, budgets_applying
 from console.models import AuditEvent, Role, Team
 from runs.models import Agent, Run
 from runs.services.writes import _usage_daily_add
-from tests.budgets.helpers import admit, spend
-from tests.conftest import ApiClient
-from tests.factories import PrincipalFactory, make_key
+from tests.support.api import ApiClient
+from tests.support.budgets import admit, spend
+from tests.support.factories import PrincipalFactory, make_key
 
 pytestmark = pytest.mark.django_db
 BUDGETS = "/api/v1/budgets"

@@ -14,9 +14,9 @@ from budgets.models import BudgetOverride
 from budgets.services import budget_create
 from console.models import Team
 from runs.models import Run, UsageDaily
-from tests.budgets.helpers import admit, post_events, spend
-from tests.conftest import ApiClient
-from tests.factories import PrincipalFactory, make_key
+from tests.support.api import ApiClient
+from tests.support.budgets import admit, post_events, spend
+from tests.support.factories import PrincipalFactory, make_key
 
 pytestmark = pytest.mark.django_db
 CHECK = "/api/v1/budgets/check"

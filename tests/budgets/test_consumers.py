@@ -16,10 +16,10 @@ from budgets import rules
 from budgets.services import budget_create
 from console.models import Role, Team
 from console.web.sockets import RENDERS
-from tests.budgets.helpers import step as step_events
-from tests.conftest import ApiClient
-from tests.console.live import close_code, frames_until, hello, open_socket
-from tests.factories import PrincipalFactory, make_key
+from tests.support.api import ApiClient
+from tests.support.budgets import step as step_events
+from tests.support.factories import PrincipalFactory, make_key
+from tests.support.sockets import close_code, frames_until, hello, open_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 RUN = "run_spend_1"

@@ -10,9 +10,9 @@ from approvals.models import Approval
 from budgets.services import budget_create
 from console.core.formatting import money
 from console.models import Team
-from tests.budgets.helpers import admit, post_events, spend
-from tests.conftest import ApiClient
-from tests.factories import PrincipalFactory, make_key
+from tests.support.api import ApiClient
+from tests.support.budgets import admit, post_events, spend
+from tests.support.factories import PrincipalFactory, make_key
 
 pytestmark = pytest.mark.django_db
 

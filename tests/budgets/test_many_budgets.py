@@ -24,10 +24,10 @@ from console.core.formatting import money
 from console.models import Team
 from runs.models import Run
 from runs.services.writes import _usage_daily_add
-from tests.budgets.helpers import admit, post_events
-from tests.budgets.helpers import spend as spend_on
-from tests.conftest import ApiClient
-from tests.factories import PrincipalFactory, make_key
+from tests.support.api import ApiClient
+from tests.support.budgets import admit, post_events
+from tests.support.budgets import spend as spend_on
+from tests.support.factories import PrincipalFactory, make_key
 
 pytestmark = pytest.mark.django_db
 

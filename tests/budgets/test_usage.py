@@ -14,11 +14,11 @@ from django.test import Client
 from console.models import Team, Tenant
 from runs.models import Step, UsageAdjustment, UsageDaily, UsageDailyBy
 from runs.services.usage import usage_rollups_rebuild
-from tests.budgets.helpers import admit, post_events, spend, step
-from tests.conftest import ApiClient
-from tests.factories import PrincipalFactory, make_key
-from tests.runs.states import state, usage
-from tests.runs.states import step as state_step
+from tests.support.api import ApiClient
+from tests.support.budgets import admit, post_events, spend, step
+from tests.support.factories import PrincipalFactory, make_key
+from tests.support.states import state, usage
+from tests.support.states import step as state_step
 
 pytestmark = pytest.mark.django_db
 USAGE = "/api/v1/usage"

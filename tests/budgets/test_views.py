@@ -22,8 +22,8 @@ from budgets.services import budget_create
 from console.models import AuditEvent, Role, Team, Tenant
 from runs.models import UsageDaily
 from runs.services.writes import _usage_daily_add
-from tests.budgets.helpers import admit, spend
-from tests.factories import PrincipalFactory
+from tests.support.budgets import admit, post_events, spend, step
+from tests.support.factories import PrincipalFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -556,7 +556,6 @@ def test_a_budget_made_mid_day_already_over_draws_from_the_first_spend_and_lists
 ):
     """UX audit: a budget created 155% over lit every alert pill yet said "No threshold
     reached yet", and its chart drew a straight line from midnight."""
-    from tests.budgets.helpers import post_events, step
 
     now = timezone.now()
     midnight = rules.period_bounds("day", now, rules.zone(tenant_a.time_zone))[0]

@@ -14,7 +14,7 @@ from django.test import Client, RequestFactory
 from console import middleware
 from console.directory import access
 from runs import api as runs_api
-from tests.factories import make_key
+from tests.support.factories import make_key
 
 
 def _refused(*args, **kwargs):

@@ -1,5 +1,5 @@
 """Issue 14, the role matrix: for every API operation and page that needs a capability (read off
-its auth object, else tests/console/matrix.py's tables), a principal of the same tenant whose
+its auth object, else tests/support/matrix.py's tables), a principal of the same tenant whose
 role holds every other capability (never `admin`, which implies them all) is refused with 403,
 while one that holds it gets through; a key without the scope an operation needs is 403 before
 anything else (a missing object, a bad body); and each such 403 is audited `authz.refused`."""
@@ -10,8 +10,8 @@ import pytest
 from django.test import Client
 
 from console.models import ApiKey, AuditEvent
-from tests.console import matrix
-from tests.factories import make_key
+from tests.support import matrix
+from tests.support.factories import make_key
 
 FAST_HASHER = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 ALL_SCOPES = ("ingest", "decide", "manage")

@@ -1,6 +1,6 @@
 """Issue 14, the cross-tenant matrix: tenant B's admin (a key with every scope, and a signed-in
 browser) asks for tenant A's objects on every API operation of the served schema, every page
-of the URL resolver and every socket route (tests/console/matrix.py enumerates them): each one
+of the URL resolver and every socket route (tests/support/matrix.py enumerates them): each one
 is a 404 (a refused socket), and no answer names anything of A or counts anything of A. Lists
 are checked the other way: what B reads holds nothing of A."""
 
@@ -13,9 +13,9 @@ from django.test import Client
 
 from approvals.models import ApprovalStatus
 from runs.models import Run
-from tests.console import matrix
-from tests.console.live import open_socket
-from tests.factories import make_key
+from tests.support import matrix
+from tests.support.factories import make_key
+from tests.support.sockets import open_socket
 
 FAST_HASHER = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 

@@ -9,7 +9,7 @@ from django.test import AsyncClient
 from django.utils import deprecation
 
 from console import middleware
-from tests.factories import make_key
+from tests.support.factories import make_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

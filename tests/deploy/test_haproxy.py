@@ -23,8 +23,8 @@ from django.db import connection
 
 from approvals.models import Approval, ApprovalStatus
 from runs.models import RunEvent
-from tests.factories import make_key
-from tests.sdk.live import ROOT
+from tests.support.factories import make_key
+from tests.support.live_console import ROOT
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sdk.live import ROOT
+from tests.support.live_console import ROOT
 
 LOCK = ROOT / "deploy" / "requirements.lock"
 

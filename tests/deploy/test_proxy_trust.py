@@ -11,8 +11,8 @@ from django.test import RequestFactory
 from console.core import request as signin
 from console.models import AuditEvent
 from console.settings import env_cidrs
-from tests.conftest import ApiClient
-from tests.factories import make_key
+from tests.support.api import ApiClient
+from tests.support.factories import make_key
 
 LB = [ipaddress.ip_network("10.0.0.0/24"), ipaddress.ip_network("fd00::/8")]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.sdk.live import LiveConsole, last_line, manage
+from tests.support.live_console import LiveConsole, last_line, manage
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.postgres]
 

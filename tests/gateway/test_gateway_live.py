@@ -12,7 +12,7 @@ import uuid
 import httpx
 import pytest
 
-from tests.gateway.live import (
+from tests.support.gateway_live import (
     Balancer,
     Console,
     daphne,
@@ -388,7 +388,7 @@ async def test_sigterm_answers_a_waiting_call_with_call_again_at_once(console, t
     import signal
     import time
 
-    from tests.gateway.live import DAPHNE, free_port, process
+    from tests.support.gateway_live import DAPHNE, free_port, process
 
     port = free_port()
     args = [DAPHNE, "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]

@@ -14,7 +14,7 @@ from console.models import ApiKey, AuditEvent
 from gateway import records
 from gateway.models import CallState, McpServer
 from runs.models import RunEvent
-from tests.factories import PrincipalFactory, TenantFactory, make_key
+from tests.support.factories import PrincipalFactory, TenantFactory, make_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 RECORD_BOUND = 32  # SQLite, BEGIN/SAVEPOINT/COMMIT counted; 33 before the run was passed on

@@ -15,7 +15,7 @@ from console.core.errors import Conflict, Invalid
 from gateway import records, services, upstream
 from gateway.models import McpServer
 from gateway.templatetags.mcp import mcp_server
-from tests.factories import PrincipalFactory, TenantFactory
+from tests.support.factories import PrincipalFactory, TenantFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -7,9 +7,9 @@ import pytest
 from django.utils import timezone
 
 from notifications.models import Notification
-from tests.conftest import ApiClient
-from tests.factories import make_key
-from tests.notifications.conftest import budget_alert
+from tests.support.api import ApiClient
+from tests.support.factories import make_key
+from tests.support.mail import budget_alert
 
 pytestmark = pytest.mark.django_db
 

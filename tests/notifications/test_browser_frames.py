@@ -7,8 +7,8 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from notifications.models import NotificationSettings
-from tests.console.live import control, frames_until, hello, open_socket
 from tests.support.runs_live import RUN, admit, post_events
+from tests.support.sockets import control, frames_until, hello, open_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,8 +12,8 @@ from console.models import Principal
 from notifications import calls
 from notifications.models import CallBatch, EmailState, OutboundEmail
 from notifications.preferences import notification_settings_update
-from tests.factories import PrincipalFactory
-from tests.notifications.conftest import free_port
+from tests.support.factories import PrincipalFactory
+from tests.support.mail import free_port
 
 pytestmark = pytest.mark.django_db
 

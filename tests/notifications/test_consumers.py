@@ -6,8 +6,8 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from notifications.services import notifications_mark_all_read
-from tests.console.live import frames_until, hello, open_socket
-from tests.notifications.conftest import budget_alert
+from tests.support.mail import budget_alert
+from tests.support.sockets import frames_until, hello, open_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 BELL = 'id="nav-notification-count"'

@@ -15,7 +15,7 @@ from console.core import outbox
 from console.models import Principal
 from notifications import mail
 from notifications.models import EmailState, Notification, OutboundEmail
-from tests.notifications.conftest import SmtpServer, budget_alert, free_port
+from tests.support.mail import SmtpServer, budget_alert, free_port
 
 pytestmark = pytest.mark.django_db
 

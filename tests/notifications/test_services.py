@@ -12,8 +12,8 @@ from console.live import realtime
 from console.models import Principal
 from notifications.models import EmailState, Notification, OutboundEmail
 from notifications.services import notification_mark_read, notifications_mark_all_read, notify
-from tests.factories import PrincipalFactory
-from tests.notifications.conftest import budget_alert
+from tests.support.factories import PrincipalFactory
+from tests.support.mail import budget_alert
 
 pytestmark = pytest.mark.django_db
 

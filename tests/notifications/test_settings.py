@@ -8,8 +8,8 @@ from django.test import Client
 
 from console.models import AuditEvent
 from notifications.models import NotificationSettings
-from tests.conftest import ApiClient
-from tests.factories import make_key
+from tests.support.api import ApiClient
+from tests.support.factories import make_key
 
 pytestmark = pytest.mark.django_db
 

@@ -18,7 +18,7 @@ from console.core import outbox
 from console.models import AuditEvent, Role
 from notifications.models import NotificationSettings, SlackResponse, SlackResponseStatus
 from notifications.slack import slack_message
-from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory
+from tests.support.factories import ApprovalFactory, PrincipalFactory, RunFactory
 
 pytestmark = pytest.mark.django_db
 

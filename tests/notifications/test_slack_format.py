@@ -10,8 +10,8 @@ from django.core.management import call_command
 
 from approvals.models import Approval, Webhook
 from approvals.services import webhooks
-from tests.factories import PrincipalFactory
-from tests.notifications.conftest import budget_alert
+from tests.support.factories import PrincipalFactory
+from tests.support.mail import budget_alert
 
 pytestmark = pytest.mark.django_db
 

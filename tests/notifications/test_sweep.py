@@ -14,7 +14,7 @@ from approvals.services import webhooks
 from console.models import Principal, Team
 from notifications.models import ApprovalNotice, Notification, OutboundEmail
 from notifications.sweep import ESCALATED, REMINDER, approvals_notice_due, sweep
-from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory
+from tests.support.factories import ApprovalFactory, PrincipalFactory, RunFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -16,8 +16,8 @@ from approvals.models import WebhookDelivery
 from approvals.services import webhooks
 from console.models import Team
 from notifications.models import ApprovalNotice, Notification
-from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory
-from tests.sdk.live import PYTHON, ROOT
+from tests.support.factories import ApprovalFactory, PrincipalFactory, RunFactory
+from tests.support.live_console import PYTHON, ROOT
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

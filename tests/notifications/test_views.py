@@ -7,8 +7,8 @@ from django.test import Client
 
 from notifications.models import Notification
 from notifications.selectors import nav_unread_count_context
-from tests.factories import PrincipalFactory
-from tests.notifications.conftest import budget_alert
+from tests.support.factories import PrincipalFactory
+from tests.support.mail import budget_alert
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from tests.sdk.live import LiveConsole
+from tests.support.live_console import LiveConsole
 
 pytestmark = [pytest.mark.postgres, pytest.mark.outage]
 

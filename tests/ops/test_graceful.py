@@ -17,7 +17,7 @@ import httpx
 import pytest
 import websockets
 
-from tests.sdk.live import LiveConsole
+from tests.support.live_console import LiveConsole
 
 pytestmark = [pytest.mark.outage]
 

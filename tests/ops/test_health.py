@@ -142,7 +142,7 @@ def _value(text: str, series: str) -> float:
 
 def test_metrics_series_named_by_the_contract(client, settings, ingest_a, decide_a, beat, tenant_a):
     settings.GAVEL_METRICS_TOKEN = "metrics-secret-token"
-    from tests.runs.batches import approval_requested, new_run, step_events
+    from tests.support.batches import approval_requested, new_run, step_events
 
     assert ingest_a.post("/api/v1/runs", new_run("run_m1")).status_code == 201
     before = _value(_scrape(client), "gavel_ingest_events_total")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from tests.sdk.live import PYTHON, ROOT
+from tests.support.live_console import PYTHON, ROOT
 
 COUNT = """
 from ops import instruments

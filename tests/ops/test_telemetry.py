@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from ops import telemetry
 from ops.context import request_id
-from tests.runs.batches import new_run
+from tests.support.batches import new_run
 
 pytestmark = pytest.mark.django_db
 

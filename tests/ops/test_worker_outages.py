@@ -25,10 +25,10 @@ from approvals.models import Approval, ApprovalStatus
 from console.models import AuditEvent, Team
 from notifications.models import ApprovalNotice, EmailState, Notification, OutboundEmail
 from ops.models import WorkerHeartbeat
-from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory
-from tests.notifications.conftest import Inbox, free_port
-from tests.outages.processes import RedisServer
-from tests.sdk.live import PYTHON, ROOT
+from tests.support.factories import ApprovalFactory, PrincipalFactory, RunFactory
+from tests.support.live_console import PYTHON, ROOT
+from tests.support.mail import Inbox, free_port
+from tests.support.processes import RedisServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.outage, pytest.mark.django_db(transaction=True)]
 

@@ -13,9 +13,9 @@ import time
 import httpx
 import pytest
 
-from tests.outages.processes import PostgresCluster, postgres_bin
-from tests.outages.traffic import Traffic
-from tests.sdk.live import LiveConsole
+from tests.support.live_console import LiveConsole
+from tests.support.processes import PostgresCluster, postgres_bin
+from tests.support.traffic import Traffic
 
 pytestmark = [pytest.mark.postgres, pytest.mark.outage]
 

@@ -11,10 +11,10 @@ import time
 import httpx
 import pytest
 
-from tests.browser.conftest import CHROMIUM, sign_in
-from tests.outages.processes import RedisServer
-from tests.sdk.live import LiveConsole
+from tests.support.browser import CHROMIUM, sign_in
 from tests.support.daphne import daphne, hold
+from tests.support.live_console import LiveConsole
+from tests.support.processes import RedisServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.browser, pytest.mark.outage]
 
@@ -38,7 +38,7 @@ def browser(tmp_path):
         pytest.skip(f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
 
-    from tests.browser.conftest import ARGS
+    from tests.support.browser import ARGS
 
     with sync_playwright() as pw:
         chromium = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from gavel_sdk import GavelClient, RetryPolicy, RunEvents
 
-from tests.sdk.live import LiveConsole
+from tests.support.live_console import LiveConsole
 
 pytestmark = [pytest.mark.postgres, pytest.mark.outage]
 

@@ -9,8 +9,8 @@ from approvals.models import ApprovalStatus
 from approvals.services.decisions import approval_decide
 from console.models import AuditEvent, Tenant
 from retention.models import RetentionPolicy
-from tests.conftest import ApiClient
-from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory, make_key
+from tests.support.api import ApiClient
+from tests.support.factories import ApprovalFactory, PrincipalFactory, RunFactory, make_key
 
 pytestmark = pytest.mark.django_db
 

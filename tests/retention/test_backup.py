@@ -19,8 +19,8 @@ from django.utils import timezone
 from console.audit.log import audit, audit_seal_due, audit_verify
 from console.models import AuditEvent, Tenant
 from retention.prune import prune_all
-from tests.factories import make_key
-from tests.sdk.live import PYTHON, ROOT
+from tests.support.factories import make_key
+from tests.support.live_console import PYTHON, ROOT
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -18,7 +18,7 @@ from notifications.models import EmailState, Notification, OutboundEmail
 from retention.models import RetentionPolicy
 from retention.prune import prune_all, prune_once
 from runs.models import Message, Run, RunEvent
-from tests.factories import ApprovalFactory, RunFactory
+from tests.support.factories import ApprovalFactory, RunFactory
 
 pytestmark = pytest.mark.django_db
 

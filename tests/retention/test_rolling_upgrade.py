@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ApiClient
-from tests.factories import make_key
-from tests.sdk.live import PYTHON, ROOT
+from tests.support.api import ApiClient
+from tests.support.factories import make_key
+from tests.support.live_console import PYTHON, ROOT
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

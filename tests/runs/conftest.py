@@ -3,8 +3,8 @@
 import pytest
 
 from console.models import ApiKey
-from tests.factories import make_key
-from tests.runs.batches import RUNS, new_run
+from tests.support.batches import RUNS, new_run
+from tests.support.factories import make_key
 
 
 @pytest.fixture

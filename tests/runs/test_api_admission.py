@@ -5,7 +5,7 @@ import pytest
 
 from console.models import Principal
 from runs.models import Agent, AgentVersion, Conversation, Run
-from tests.runs.batches import RUNS, finished, new_run, post_events
+from tests.support.batches import RUNS, finished, new_run, post_events
 
 pytestmark = pytest.mark.django_db
 
@@ -47,7 +47,7 @@ def test_admission_with_a_different_body_is_409_naming_the_fields(ingest_a, admi
 
 
 def test_a_run_first_seen_through_a_snapshot_adopts_its_first_admission(ingest_a, tenant_a):
-    from tests.factories import RunFactory
+    from tests.support.factories import RunFactory
 
     RunFactory(tenant=tenant_a, external_id="run_1", principal=None, agent_version=0)
     response = ingest_a.post(RUNS, new_run())

@@ -9,9 +9,9 @@ from django.db import OperationalError
 
 from console.models import Principal
 from runs.models import Run, RunEvent
-from tests.conftest import ApiClient
-from tests.factories import make_key
-from tests.runs.batches import RUNS, events_url, new_run, post_events, step_events
+from tests.support.api import ApiClient
+from tests.support.batches import RUNS, events_url, new_run, post_events, step_events
+from tests.support.factories import make_key
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,7 @@ import pytest
 
 from approvals.models import Approval
 from runs.models import Handoff, Message, Run, ToolResult, UsageDaily, Verdict
-from tests.runs.batches import RUNS, approval_requested, finished, post_events, step_events
+from tests.support.batches import RUNS, approval_requested, finished, post_events, step_events
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from runs.models import Message, Run, RunEvent, Step, UsageDaily
-from tests.runs.batches import RUNS, approval_requested, finished, post_events, step_events
+from tests.support.batches import RUNS, approval_requested, finished, post_events, step_events
 
 pytestmark = pytest.mark.django_db
 

@@ -3,7 +3,7 @@ parameters, and its fixed query count."""
 
 import pytest
 
-from tests.runs.batches import RUNS, approval_requested, new_run, post_events
+from tests.support.batches import RUNS, approval_requested, new_run, post_events
 
 pytestmark = pytest.mark.django_db
 

@@ -10,9 +10,9 @@ from channels.layers import get_channel_layer
 from console.live import realtime
 from console.models import Role
 from console.web.sockets import RENDERS
-from tests.console.live import close_code, control, frames_until, hello, open_socket
-from tests.factories import PrincipalFactory
+from tests.support.factories import PrincipalFactory
 from tests.support.runs_live import RUN, _admit, admit, has, post_events
+from tests.support.sockets import close_code, control, frames_until, hello, open_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

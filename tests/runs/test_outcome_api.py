@@ -5,7 +5,7 @@ import pytest
 from approvals.models import Approval
 from approvals.services.decisions import approval_decide
 from runs.models import Message, Run, UsageDaily, run_trace_ids
-from tests.runs.states import RUNS, outcome, outcome_url, pending_call, text, usage
+from tests.support.states import RUNS, outcome, outcome_url, pending_call, text, usage
 
 pytestmark = pytest.mark.django_db
 

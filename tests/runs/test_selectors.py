@@ -11,7 +11,7 @@ from django.utils import timezone
 from approvals.models import ApprovalStatus
 from console.core.errors import Forbidden, Invalid, NotFound
 from runs import selectors
-from tests.factories import (
+from tests.support.factories import (
     AgentFactory,
     ApprovalFactory,
     ConversationFactory,

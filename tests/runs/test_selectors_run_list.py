@@ -10,7 +10,7 @@ from approvals.models import ApprovalStatus
 from console.core.errors import Forbidden, Invalid, NotFound
 from runs import selectors_pages as pages
 from runs.models import RunStatus
-from tests.factories import (
+from tests.support.factories import (
     AgentFactory,
     ApprovalFactory,
     ConversationFactory,

@@ -10,7 +10,7 @@ from approvals.models import ApprovalStatus
 from console.core.errors import Forbidden, NotFound
 from runs import selectors_pages as pages
 from runs.models import Handoff, Message, Step, ToolResult, Verdict
-from tests.factories import ApprovalFactory, ConversationFactory, RunFactory
+from tests.support.factories import ApprovalFactory, ConversationFactory, RunFactory
 
 pytestmark = pytest.mark.django_db
 

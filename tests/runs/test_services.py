@@ -10,7 +10,7 @@ from console.core.errors import Conflict, Forbidden
 from runs.models import Handoff, Message, Step, UsageDaily, Verdict, run_trace_ids, run_verdicts
 from runs.services import common
 from runs.services.writes import RunWrites
-from tests.factories import RunFactory
+from tests.support.factories import RunFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -195,7 +195,7 @@ def test_the_same_batch_posted_twice_at_once_is_applied_once():
 
     from runs.schemas import EventBatchIn
     from runs.services.ingest import run_events_apply
-    from tests.factories import TenantFactory
+    from tests.support.factories import TenantFactory
 
     tenant = TenantFactory(slug="race")
     run = RunFactory(tenant=tenant, external_id="run_race")

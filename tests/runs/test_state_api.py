@@ -8,7 +8,7 @@ from approvals.services.decisions import UNSET, approval_decide
 from approvals.services.settle import approval_mirror_targets
 from console.models import Principal
 from runs.models import Handoff, Message, Run, Step, ToolResult, UsageDaily, Verdict
-from tests.runs.states import (
+from tests.support.states import (
     RUNS,
     approval,
     child_state,

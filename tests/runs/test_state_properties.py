@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from approvals.models import Approval
 from runs.models import Message, Run
-from tests.runs.states import state_url, without_decisions
+from tests.support.states import state_url, without_decisions
 
 pytestmark = pytest.mark.django_db
 

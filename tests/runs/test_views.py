@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from console.models import Role
 from runs.models import Handoff, Message, Step, ToolResult, Verdict
-from tests.factories import (
+from tests.support.factories import (
     AgentFactory,
     ApprovalFactory,
     ConversationFactory,

@@ -3,7 +3,7 @@
 import pytest
 from gavel_sdk import GavelClient, RetryPolicy
 
-from tests.sdk.live import LiveConsole
+from tests.support.live_console import LiveConsole
 
 
 @pytest.fixture(scope="session")

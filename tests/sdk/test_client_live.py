@@ -6,8 +6,8 @@ import uuid
 import pytest
 from gavel_sdk import Conflict, GavelClient, NotFound, Unauthorized, ValidationFailed
 
-from tests.runs.states import state  # the shared RunState builder
-from tests.sdk.live import LiveConsole
+from tests.support.live_console import LiveConsole
+from tests.support.states import state  # the shared RunState builder
 
 
 def new_id(prefix):

@@ -8,7 +8,7 @@ import time
 
 import httpx
 
-from tests.sdk.live import PYTHON, ROOT, free_port, live_env, manage
+from tests.support.live_console import PYTHON, ROOT, free_port, live_env, manage
 
 
 def poll(url, key, deadline):

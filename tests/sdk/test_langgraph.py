@@ -20,7 +20,7 @@ from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
 from langgraph.types import interrupt  # noqa: E402
 
-from tests.sdk.live import LiveConsole, ReviewerThread  # noqa: E402
+from tests.support.live_console import LiveConsole, ReviewerThread  # noqa: E402
 
 DENIAL = "Bob is on leave until Monday; write to his deputy instead."
 EDITED = {"to": "dave@example.com"}

@@ -22,7 +22,7 @@ from gavel_sdk.adapters.openai_agents import (  # noqa: E402
     edited_message,
 )
 
-from tests.sdk.live import LiveConsole, ReviewerThread  # noqa: E402
+from tests.support.live_console import LiveConsole, ReviewerThread  # noqa: E402
 
 DENIAL = "Bob asked not to be emailed. Offer the user a phone call instead."
 OFFLINE = RunConfig(tracing_disabled=True)

@@ -18,7 +18,7 @@ from pydantic_ai.messages import (  # noqa: E402
 from pydantic_ai.models.function import FunctionModel  # noqa: E402
 from pydantic_ai.usage import RequestUsage  # noqa: E402
 
-from tests.sdk.live import LiveConsole, ReviewerThread  # noqa: E402
+from tests.support.live_console import LiveConsole, ReviewerThread  # noqa: E402
 
 DENIAL = "Do not email Bob: he unsubscribed on 1 Dec. Ask the user instead."
 

@@ -7,7 +7,7 @@ import uuid
 
 from gavel_sdk import RunEvents
 
-from tests.sdk.live import LiveConsole
+from tests.support.live_console import LiveConsole
 
 TOTAL = 1500
 BATCH = 25

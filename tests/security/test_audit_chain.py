@@ -19,8 +19,8 @@ from console.audit.log import audit_seal_due
 from console.core import auditchain
 from console.directory.services import audit
 from console.models import AuditEvent
-from tests.conftest import ApiClient
-from tests.factories import PrincipalFactory, make_key
+from tests.support.api import ApiClient
+from tests.support.factories import PrincipalFactory, make_key
 
 pytestmark = pytest.mark.django_db
 

@@ -15,8 +15,8 @@ from django.test import Client
 from console.directory import signin
 from console.directory.services import sso as sso_services
 from console.models import AuditEvent, Principal, TenantOidc
-from tests.conftest import ApiClient
-from tests.factories import PrincipalFactory, make_key
+from tests.support.api import ApiClient
+from tests.support.factories import PrincipalFactory, make_key
 
 pytestmark = pytest.mark.django_db
 API = "/api/v1"

@@ -18,8 +18,8 @@ from console.directory import oidc
 from console.directory.services import sso as sso_services
 from console.models import AuditEvent, Principal, TenantOidc
 from notifications.models import OutboundEmail
-from tests.conftest import ApiClient
-from tests.factories import PrincipalFactory, make_key
+from tests.support.api import ApiClient
+from tests.support.factories import PrincipalFactory, make_key
 
 pytestmark = pytest.mark.django_db
 OIDC = "/api/v1/tenant/oidc"

@@ -17,9 +17,9 @@ from django.test import Client
 
 from console.live import realtime
 from runs.models import Run
-from tests.conftest import ApiClient
-from tests.console.live import frames_until, hello, open_socket, session_for
-from tests.factories import PrincipalFactory, make_key
+from tests.support.api import ApiClient
+from tests.support.factories import PrincipalFactory, make_key
+from tests.support.sockets import frames_until, hello, open_socket, session_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 RUN = "run-0001"
@@ -187,7 +187,7 @@ async def test_l5_a_session_has_at_most_its_cap_of_sockets_open_then_4429(
 
 
 def _held_run(tenant, run_id: str) -> tuple[dict, object]:
-    from tests.factories import ApprovalFactory, RunFactory
+    from tests.support.factories import ApprovalFactory, RunFactory
 
     run = RunFactory(tenant=tenant, external_id=run_id)
     approval = ApprovalFactory(run=run, tool_call_id=f"call_{run_id}")

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from tests.sdk.live import live_env, manage
 from tests.support.daphne import daphne
+from tests.support.live_console import live_env, manage
 
 MIB = 1024 * 1024
 HEADER_TIMEOUT = 2  # GAVEL_HTTP_HEADER_TIMEOUT of the test's daphne

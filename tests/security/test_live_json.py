@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 
 from console.models import AuditEvent
-from tests.factories import ApprovalFactory, RunFactory, make_key
+from tests.support.factories import ApprovalFactory, RunFactory, make_key
 
 pytestmark = pytest.mark.django_db
 SCIM_ERROR = "urn:ietf:params:scim:api:messages:2.0:Error"

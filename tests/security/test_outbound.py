@@ -1,6 +1,6 @@
 """H4: one tenant's webhook endpoint costs that tenant at most a failed delivery after the
 deadline: never a stalled sender, a server's memory, another tenant's deliveries, mail, or an
-expiry. Hostile endpoints are loopback servers of the test (tests/security/endpoints.py);
+expiry. Hostile endpoints are loopback servers of the test (tests/support/endpoints.py);
 the deadline is test-sized and every bound is generous (these are not benchmarks)."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from console.models import TenantOidc
 from notifications.models import EmailState, OutboundEmail
 from ops.context import Lifecycle
 from ops.worker import Worker
-from tests.factories import ApprovalFactory, RunFactory
-from tests.security.endpoints import Endpoint
+from tests.support.endpoints import Endpoint
+from tests.support.factories import ApprovalFactory, RunFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

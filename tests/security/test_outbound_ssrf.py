@@ -20,9 +20,9 @@ from console.directory import oidc
 from console.models import TenantOidc
 from notifications.models import SlackResponse
 from notifications.slack_responses import slack_response_enqueue, slack_responses_run_due
-from tests.conftest import ApiClient
-from tests.factories import make_key
-from tests.security.endpoints import Endpoint
+from tests.support.api import ApiClient
+from tests.support.endpoints import Endpoint
+from tests.support.factories import make_key
 
 pytestmark = pytest.mark.django_db
 

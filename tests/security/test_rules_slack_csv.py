@@ -8,9 +8,9 @@ import io
 import pytest
 from django.test import Client
 
-from tests.budgets.helpers import admit, post_events, step
-from tests.conftest import ApiClient
-from tests.factories import make_key
+from tests.support.api import ApiClient
+from tests.support.budgets import admit, post_events, step
+from tests.support.factories import make_key
 
 pytestmark = pytest.mark.django_db
 
@@ -144,7 +144,7 @@ SIGNING = "8f742231b10e8888abcd99yyyzzz85a5"
 
 @pytest.fixture
 def slack_call(tenant_a):
-    from tests.factories import ApprovalFactory, PrincipalFactory, RunFactory
+    from tests.support.factories import ApprovalFactory, PrincipalFactory, RunFactory
 
     tenant_a.slack_signing_secret = SIGNING
     tenant_a.slack_decisions = "decide"
@@ -338,7 +338,7 @@ def test_h2_an_edit_through_the_rules_page_makes_the_editor_an_author(ingest_a, 
 
 def _principal_with_role(tenant, external_id, *, capabilities, decide_tools):
     from console.models import Role
-    from tests.factories import PrincipalFactory
+    from tests.support.factories import PrincipalFactory
 
     role = Role.objects.create(tenant=tenant, name=f"role-{external_id}",
                                capabilities=capabilities, decide_tools=decide_tools)  # fmt: skip
@@ -415,7 +415,7 @@ def test_m5_a_rule_whose_author_lost_the_right_no_longer_decides(ingest_a, tenan
 
 def test_m5_always_approve_from_a_card_needs_the_right_to_decide_the_tool(tenant_a):
     from approvals.models import Rule
-    from tests.factories import ApprovalFactory, RunFactory
+    from tests.support.factories import ApprovalFactory, RunFactory
 
     mailer, _ = _principal_with_role(
         tenant_a, "mailer@a.example", capabilities=["view_runs", "decide", "manage_rules"],

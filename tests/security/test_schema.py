@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from tests.conftest import ApiClient
-from tests.factories import make_key
+from tests.support.api import ApiClient
+from tests.support.factories import make_key
 
 pytestmark = pytest.mark.django_db
 

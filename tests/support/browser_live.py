@@ -7,8 +7,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.sdk.live import last_line, manage
 from tests.support.daphne import daphne as _daphne
+from tests.support.live_console import last_line, manage
 from tests.support.workers import free_port
 
 TENANT = "live"

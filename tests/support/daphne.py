@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.sdk.live import DAPHNE, ROOT, free_port
+from tests.support.live_console import DAPHNE, ROOT, free_port
 
 
 @contextlib.contextmanager

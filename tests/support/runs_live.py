@@ -3,8 +3,8 @@
 
 from asgiref.sync import sync_to_async
 
-from tests.conftest import ApiClient
-from tests.factories import make_key
+from tests.support.api import ApiClient
+from tests.support.factories import make_key
 
 RUN = "run_live_1"
 

@@ -1,5 +1,5 @@
 """A SCIM client for /scim/v2/ and its error schema.
-(Moved from tests/console/test_scim.py, which imports it from here.)"""
+(Moved from tests/console/accounts/test_scim.py, which imports it from here.)"""
 
 ERROR = "urn:ietf:params:scim:api:messages:2.0:Error"
 

@@ -1,6 +1,7 @@
-"""Writes to the directory: tenants, roles, principals, teams and API keys.
-
-Each is idempotent (the provisioning commands may run again, and concurrently) and audited.
+"""Writes to the directory that every writer shares: tenants, first-sight principals, API keys,
+and the helpers principals.py, roles.py and teams.py use. The provisioning commands' create-or-
+update of a principal or a role is `principals.principal_create` / `roles.role_create`, on the
+same writers as the API's (one audit shape per action).
 """
 
 from django.db import IntegrityError, transaction
@@ -11,7 +12,6 @@ from console.directory import logins, signin
 from console.directory.services.passwords import login_password_write
 from console.directory.services.wire import actor_fields, api_key_resource
 from console.models import (
-    CAPABILITIES,
     DEFAULT_ROLES,
     PRINCIPAL_SCOPES,
     SCOPES,
@@ -71,39 +71,6 @@ def tenant_create(
     return tenant, created
 
 
-@transaction.atomic
-def role_create(
-    *, tenant: Tenant, name: str, capabilities: list[str] | None, decide_tools: list[str] | None
-) -> tuple[Role, bool]:
-    if not name:
-        raise Invalid("a role needs a name")
-    unknown = sorted(set(capabilities or []) - set(CAPABILITIES))
-    if unknown:
-        raise Invalid(
-            f"unknown capabilities: {', '.join(unknown)} (known: {', '.join(CAPABILITIES)})"
-        )
-    defaults = {"capabilities": capabilities or [], "decide_tools": decide_tools or []}
-    role, created = _get_or_create(Role, tenant=tenant, name=name, defaults=defaults)
-    changed = {}
-    if not created:
-        if capabilities is not None and role.capabilities != capabilities:
-            changed["capabilities"] = capabilities
-        if decide_tools is not None and role.decide_tools != decide_tools:
-            changed["decide_tools"] = decide_tools
-        if changed:
-            Role.objects.filter(pk=role.pk).update(**changed)
-            role.refresh_from_db()
-    if created or changed:
-        audit(
-            tenant=tenant,
-            action="role.created" if created else "role.updated",
-            object_type="role",
-            object_id=name,
-            data={"capabilities": role.capabilities, "decideTools": role.decide_tools},
-        )
-    return role, created
-
-
 def role_get(*, tenant: Tenant, name: str) -> Role:
     role = Role.objects.filter(tenant=tenant, name=name).first()
     if role is None:
@@ -126,83 +93,6 @@ def principal_ensure(*, tenant: Tenant, external_id: str) -> Principal:
             data={"firstSight": True},
         )
     return principal
-
-
-def principal_create(
-    *,
-    tenant: Tenant,
-    external_id: str,
-    name: str | None = None,
-    email: str | None = None,
-    password: str | None = None,
-    roles: list[str] | None = None,
-    teams: list[str] | None = None,
-) -> tuple[Principal, bool]:
-    """Create or update a principal; with a password it signs in with its id (or
-    `<tenant>/<id>`). An id that names an operator's (staff or superuser) login is refused
-    (409 `login_reserved`). A login that is already another tenant's principal is linked
-    only when the password is its current one (checked here before anything is written and
-    counted by the sign-in lockout: call this outside a transaction); otherwise the
-    principal gets a login of its own, and the answer is the same either way."""
-    principal_refuse_reserved(external_id=external_id)
-    link = bool(password) and _shared_login_proof(
-        tenant=tenant, external_id=external_id, password=password
-    )
-    return _principal_create(
-        tenant=tenant,
-        external_id=external_id,
-        name=name,
-        email=email,
-        password=password,
-        roles=roles,
-        teams=teams,
-        link=link or None,
-    )
-
-
-@transaction.atomic
-def _principal_create(
-    *,
-    tenant: Tenant,
-    external_id: str,
-    name: str | None,
-    email: str | None,
-    password: str | None,
-    roles: list[str] | None,
-    teams: list[str] | None,
-    link,
-) -> tuple[Principal, bool]:
-    if not external_id:
-        raise Invalid("a principal needs an id")
-    role_objs = [role_get(tenant=tenant, name=r) for r in roles or []]
-    principal, created = _get_or_create(
-        Principal,
-        tenant=tenant,
-        external_id=external_id,
-        defaults={"name": name or "", "email": email or "", "reviewed": True},
-    )
-    fields = {"reviewed": True}
-    if name is not None:
-        fields["name"] = name
-    if email is not None:
-        fields["email"] = email
-    Principal.objects.filter(pk=principal.pk).update(**fields)
-    principal.refresh_from_db()
-    if password:
-        _principal_set_login(principal=principal, password=password, link=link)
-    if role_objs:
-        principal.roles.add(*role_objs)
-    for team_name in teams or []:
-        team, _ = _get_or_create(Team, tenant=tenant, name=team_name)
-        principal.teams.add(team)
-    audit(
-        tenant=tenant,
-        action="principal.created" if created else "principal.updated",
-        object_type="principal",
-        object_id=external_id,
-        data={"roles": roles or [], "teams": teams or [], "login": bool(password)},
-    )
-    return principal, created
 
 
 def principal_refuse_reserved(*, external_id: str, path: str = "id") -> None:

@@ -4,8 +4,6 @@ again; a revoked key or one past its `expiresAt` answers 401 (`ApiKeyQuerySet.fo
 
 from __future__ import annotations
 
-import binascii
-
 from django.db import transaction
 from django.utils import timezone
 
@@ -95,24 +93,11 @@ def api_key_revoke(*, key: ApiKey, viewer) -> ApiKey:
     return key
 
 
-def _cursor_encode(pk: int) -> str:
-    return paging.encode_pk("key", pk)
-
-
-def _cursor_decode(cursor: str) -> int:
-    try:
-        return paging.decode_pk("key", cursor)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise _invalid("query.cursor", "not a cursor this server issued") from None
-
-
 def api_keys_page(*, viewer, limit: int = 50, cursor: str | None = None) -> dict:
     """GET /keys and /manage/keys/: the tenant's keys, newest first (revoked ones too),
-    keyset-paginated. (A read beside the writes: the console app has no selectors module.)"""
-    qs = access.keys_of(viewer=viewer)
-    if cursor:
-        qs = qs.filter(pk__lt=_cursor_decode(cursor))
-    rows = list(qs.order_by("-pk")[: limit + 1])
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return {"items": rows, "next_cursor": _cursor_encode(rows[-1].pk) if more else None}
+    keyset-paginated (a read beside the writes)."""
+    rows, next_cursor = paging.newest_first(
+        access.keys_of(viewer=viewer), kind="key", limit=limit, cursor=cursor,
+        message=paging.NOT_ISSUED,
+    )  # fmt: skip
+    return {"items": rows, "next_cursor": next_cursor}

@@ -20,10 +20,9 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
 from console.audit.log import audit
-from console.core import links
+from console.core import links, outbox
 from console.directory import logins, signin
 from console.models import Principal
-from notifications.models import OutboundEmail
 
 log = logging.getLogger("console.services.passwords")
 
@@ -93,7 +92,7 @@ def password_reset_request(*, email: str, facts: dict) -> None:
             scope=RESET_SCOPE_ACCOUNT, value=str(user.pk), limit=RESET_ACCOUNT_LIMIT
         )
         if mailed:
-            _reset_mail(user=user, email=email, principal=principals[0]).save()
+            _reset_mail(user=user, email=email, principal=principals[0])
         for principal in principals:
             audit(
                 tenant=principal.tenant,
@@ -104,7 +103,7 @@ def password_reset_request(*, email: str, facts: dict) -> None:
             )
 
 
-def _reset_mail(*, user, email: str, principal: Principal) -> OutboundEmail:
+def _reset_mail(*, user, email: str, principal: Principal) -> None:
     uid = urlsafe_base64_encode(force_bytes(user.pk))
     token = default_token_generator.make_token(user)
     name = principal.external_id
@@ -115,7 +114,7 @@ def _reset_mail(*, user, email: str, principal: Principal) -> OutboundEmail:
         "sign_in_name": name,
         "hours": settings.PASSWORD_RESET_TIMEOUT // 3600,
     }
-    return OutboundEmail(
+    outbox.mail(
         tenant=principal.tenant,
         to=email,
         subject=SUBJECT,

@@ -9,6 +9,8 @@ commit (console/realtime.py's Principal receiver), and its keys answer 401 from 
 
 from __future__ import annotations
 
+import contextlib
+
 from django.contrib.auth import password_validation
 from django.contrib.sessions.models import Session
 from django.core.exceptions import ValidationError
@@ -25,11 +27,13 @@ from console.directory.services import (
     admins_remain,
     audit,
     principal_refuse_reserved,
+    role_get,
     roles_named,
     teams_named,
     tenant_lock,
 )
-from console.models import Principal, Tenant, UserSession
+from console.directory.services.teams import team_add
+from console.models import Principal, Team, Tenant, UserSession
 
 
 def _password_checked(password: str | None, principal: Principal | None) -> None:
@@ -108,6 +112,68 @@ def _principal_add(*, tenant: Tenant, fields: dict, link, viewer) -> Principal:
     return principal
 
 
+def principal_create(
+    *,
+    tenant: Tenant,
+    external_id: str,
+    name: str | None = None,
+    email: str | None = None,
+    password: str | None = None,
+    roles: list[str] | None = None,
+    teams: list[str] | None = None,
+) -> tuple[Principal, bool]:
+    """The provisioning commands' create-or-update (idempotent: they may run again, and
+    concurrently), written by the API's own writers, so each action has one audit shape: a
+    new principal through `principal_add`'s, a known one through `principal_update`'s (only
+    what is given changes; roles and teams are added to those it has), a team it names and
+    the tenant lacks through `team_add`. An unknown role is refused before anything is
+    written. An operator's command sets the password it is given (the password validators
+    judge a person's choice in the API and the pages). An id that names an operator's login
+    is refused (409 `login_reserved`). A login that is already another tenant's principal is
+    linked only when the password is its current one (checked here before anything is
+    written and counted by the sign-in lockout: call this outside a transaction); otherwise
+    the principal gets a login of its own, and the answer is the same either way."""
+    if not external_id:
+        raise Invalid("a principal needs an id")
+    principal_refuse_reserved(external_id=external_id)
+    for role in roles or []:
+        role_get(tenant=tenant, name=role)
+    link = bool(password) and _shared_login_proof(
+        tenant=tenant, external_id=external_id, password=password
+    )
+    with transaction.atomic():
+        for team in teams or []:
+            _team_ensure(tenant=tenant, name=team)
+        held = Principal.objects.filter(tenant=tenant, external_id=external_id).first()
+        if held is None:
+            fields = {"id": external_id, "name": name, "email": email, "password": password}
+            fields |= {"roles": roles or [], "teams": teams or []}
+            try:
+                return _principal_add(
+                    tenant=tenant, fields=fields, link=link or None, viewer=None
+                ), True
+            except Conflict:  # a concurrent command made it first
+                held = Principal.objects.get(tenant=tenant, external_id=external_id)
+        fields = {"reviewed": True}
+        fields |= {k: v for k, v in (("name", name), ("email", email)) if v is not None}
+        if roles:
+            fields["roles"] = sorted({*held.roles.values_list("name", flat=True), *roles})
+        if teams:
+            fields["teams"] = sorted({*held.teams.values_list("name", flat=True), *teams})
+        if password:
+            fields["password"] = password
+        return _principal_update(
+            principal=held, fields=fields, viewer=None, link=link or None
+        ), False
+
+
+def _team_ensure(*, tenant: Tenant, name: str) -> None:
+    if Team.objects.filter(tenant=tenant, name=name).exists():
+        return
+    with contextlib.suppress(Conflict):  # a concurrent command made it first
+        team_add(tenant=tenant, fields={"name": name}, viewer=None)
+
+
 def principal_update(*, principal: Principal, fields: dict, viewer) -> Principal:
     """Change any of name, email, roles, teams, active, reviewed, password (`fields` holds
     only those sent). 422 before anything is written (password validators, unknown role or
@@ -121,7 +187,7 @@ def principal_update(*, principal: Principal, fields: dict, viewer) -> Principal
 
 
 @transaction.atomic
-def _principal_update(*, principal: Principal, fields: dict, viewer) -> Principal:
+def _principal_update(*, principal: Principal, fields: dict, viewer, link=None) -> Principal:
     tenant_lock(tenant_id=principal.tenant_id)
     had = admins_exist(tenant_id=principal.tenant_id)
     principal = (
@@ -152,7 +218,7 @@ def _principal_update(*, principal: Principal, fields: dict, viewer) -> Principa
         for team in principal.led_teams.exclude(pk__in=[t.pk for t in teams]):
             team.leads.remove(principal)  # a lead leaving a team stops leading it
     if fields.get("password"):
-        _principal_set_login(principal=principal, password=fields["password"])
+        _principal_set_login(principal=principal, password=fields["password"], link=link)
     admins_remain(tenant_id=principal.tenant_id, had=had)
     after = principal_snapshot(principal)
     if after != before or fields.get("password"):

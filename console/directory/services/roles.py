@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 
-from console.core.errors import Conflict
+from console.core.errors import Conflict, Invalid
 from console.directory.schemas.directory import role_snapshot
 from console.directory.services import (
     actor_of,
@@ -96,6 +96,35 @@ def role_update(*, role: Role, fields: dict, viewer) -> Role:
         **actor_of(viewer),
     )
     return role
+
+
+def role_create(
+    *, tenant: Tenant, name: str, capabilities: list[str] | None, decide_tools: list[str] | None
+) -> tuple[Role, bool]:
+    """The provisioning command's create-or-update (idempotent: it may run again, and
+    concurrently), written by `role_add` for a new role and `role_update` for a known one
+    (only what is given changes), so each action has one audit shape."""
+    if not name:
+        raise Invalid("a role needs a name")
+    unknown = sorted(set(capabilities or []) - set(CAPABILITIES))
+    if unknown:
+        raise Invalid(
+            f"unknown capabilities: {', '.join(unknown)} (known: {', '.join(CAPABILITIES)})"
+        )
+    held = Role.objects.filter(tenant=tenant, name=name).first()
+    if held is None:
+        fields = {"name": name, "capabilities": capabilities or []}
+        fields["decide_tools"] = decide_tools or []
+        try:
+            return role_add(tenant=tenant, fields=fields, viewer=None), True
+        except Conflict:  # a concurrent command made it first
+            held = Role.objects.get(tenant=tenant, name=name)
+    fields = {}
+    if capabilities is not None:
+        fields["capabilities"] = capabilities
+    if decide_tools is not None:
+        fields["decide_tools"] = decide_tools
+    return role_update(role=held, fields=fields, viewer=None), False
 
 
 @transaction.atomic

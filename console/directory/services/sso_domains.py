@@ -22,11 +22,10 @@ from django.db import IntegrityError, transaction
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from console.core import dnscheck, links
+from console.core import dnscheck, links, outbox
 from console.core.errors import Conflict, Invalid, NotFound
 from console.directory.services import actor_of, audit
 from console.models import SsoDomain, TenantOidc
-from notifications.models import OutboundEmail
 
 TXT_PREFIX = "gavel-domain-verification="
 TXT_LABEL = "_gavel"
@@ -181,7 +180,7 @@ def sso_domain_mail(*, tenant, domain: str, local_part: str, viewer) -> SsoDomai
         "url": links.public_url(CONFIRM_PATH.format(token=token)),
         "days": MAIL_LINK_VALID.days,
     }
-    OutboundEmail.objects.create(
+    outbox.mail(
         tenant=tenant,
         to=to,
         subject=f"Confirm {domain} for single sign-on to Gavel",

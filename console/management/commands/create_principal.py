@@ -1,5 +1,6 @@
 from console.core.commands import ProvisioningCommand
-from console.directory.services import principal_create, tenant_get
+from console.directory.services import tenant_get
+from console.directory.services.principals import principal_create
 
 
 class Command(ProvisioningCommand):

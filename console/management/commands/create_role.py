@@ -1,5 +1,6 @@
 from console.core.commands import ProvisioningCommand, split_csv
-from console.directory.services import role_create, tenant_get
+from console.directory.services import tenant_get
+from console.directory.services.roles import role_create
 from console.models import CAPABILITIES
 
 

@@ -20,7 +20,8 @@ from django.db import transaction
 
 from budgets.services import budget_ensure
 from console.core.commands import ProvisioningCommand
-from console.directory.services import api_key_create, principal_create, tenant_create
+from console.directory.services import api_key_create, tenant_create
+from console.directory.services.principals import principal_create
 from console.models import ApiKey, Principal
 
 TENANT = "demo"

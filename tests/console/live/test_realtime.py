@@ -1,0 +1,150 @@
+"""The listeners' fan-out (console/realtime.py): one layer subscription per group per process,
+every local listener served in order, a failing listener not the others' problem; and a socket
+that hears an event while it is still sending its state handles it right after the state."""
+
+import asyncio
+
+import pytest
+from channels.layers import get_channel_layer
+
+from console.live import realtime
+from tests.support.runs_live import RUN, admit, has, post_events
+from tests.support.sockets import frames_until, hello, open_socket
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Listener:
+    def __init__(self, name, heard, *, fails=False):
+        self.name, self.heard, self.fails = name, heard, fails
+
+    async def deliver(self, message):
+        self.heard.append((self.name, message["n"]))
+        if self.fails:
+            raise RuntimeError("this listener breaks")
+
+
+def counting(monkeypatch, layer, method: str) -> list:
+    calls = []
+    original = getattr(layer, method)
+
+    async def counted(*args, **kwargs):
+        calls.append(args)
+        return await original(*args, **kwargs)
+
+    monkeypatch.setattr(layer, method, counted)
+    return calls
+
+
+async def until(condition, timeout=5.0):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+async def test_listeners_of_a_group_share_one_subscription_and_hear_in_order(monkeypatch):
+    layer = get_channel_layer()
+    adds = counting(monkeypatch, layer, "group_add")
+    discards = counting(monkeypatch, layer, "group_discard")
+    fanout = realtime.Fanout.here()
+    group, heard = "test.fanout.order", []
+    listeners = [Listener(i, heard, fails=(i == 1)) for i in range(3)]
+    for listener in listeners:
+        await fanout.join(group, listener)
+    assert len(adds) == 1 and fanout.listeners(group) == 3
+    for n in (1, 2):
+        await layer.group_send(group, {"type": "test", "n": n})
+    await until(lambda: len(heard) == 6)
+    # Each message reaches every listener, the failing one included, before the next message.
+    assert heard == [(0, 1), (1, 1), (2, 1), (0, 2), (1, 2), (2, 2)]
+    for listener in listeners[:2]:
+        await fanout.leave(group, listener)
+    assert discards == [] and fanout.listeners(group) == 1
+    await fanout.leave(group, listeners[2])
+    assert len(discards) == 1 and fanout.listeners(group) == 0
+
+
+async def test_a_thousand_sockets_would_cost_one_subscription(monkeypatch, tenant_a, viewer_a):
+    """Sockets on one run: one layer subscription for the run's group, not one per socket;
+    the last socket to leave drops it."""
+    await admit(tenant_a)
+    adds = counting(monkeypatch, get_channel_layer(), "group_add")
+    sockets = [(await open_socket(f"/ws/runs/{RUN}/", viewer_a))[0] for _ in range(4)]
+    for socket in sockets:
+        await hello(socket)
+    group = realtime.run_group(tenant_a.pk, RUN)
+    assert [args[0] for args in adds].count(group) == 1
+    assert realtime.Fanout.here().listeners(group) == 4
+    for socket in sockets:
+        await socket.disconnect()
+    await until(lambda: realtime.Fanout.here().listeners(group) == 0)
+
+
+async def test_an_event_heard_while_the_state_is_sent_comes_right_after_it(
+    monkeypatch, tenant_a, viewer_a
+):
+    from runs.consumers import RunConsumer
+
+    api = await admit(tenant_a)
+    send_state = RunConsumer.send_state
+
+    async def slow_state(self):
+        # An event lands after the socket joined its groups, before its state is out.
+        todos = [{"id": "t1", "content": "Heard early", "status": "pending"}]
+        await post_events(api, {"seq": 1, "type": "todos.updated", "todos": todos})
+        await asyncio.sleep(0.2)  # the fan-out hands it over meanwhile: it waits
+        await send_state(self)
+
+    monkeypatch.setattr(RunConsumer, "send_state", slow_state)
+    handled = []
+    handle = RunConsumer._handle
+
+    async def spy(self, message):
+        handled.append(message["seq"])
+        await handle(self, message)
+
+    monkeypatch.setattr(RunConsumer, "_handle", spy)
+    socket, _ = await open_socket(f"/ws/runs/{RUN}/?seq=0", viewer_a)
+    frames = await frames_until(socket, has('"hello"'))
+    assert 'id="run-todos"' in frames[0] and "Heard early" in frames[0]  # the state comes first
+    assert all('"resync"' not in f for f in frames)
+    # The event heard early was handled after the state: the state holds it, so nothing more.
+    await until(lambda: handled == [1])
+    assert await socket.receive_nothing(timeout=0.3)
+    todos = [{"id": "t1", "content": "Heard later", "status": "done"}]
+    await post_events(api, {"seq": 2, "type": "todos.updated", "todos": todos})
+    assert 'id="run-todos"' in (await frames_until(socket, has("Heard later")))[-1]
+    await socket.disconnect()
+
+
+def test_a_sync_publish_sends_every_group_in_one_hop_concurrently(monkeypatch):
+    """A sync caller (a view's thread) hands one message for all its groups to the loop at once:
+    the groups are sent concurrently, and a group the layer refuses is logged, not fatal."""
+    layer = get_channel_layer()
+    started, finished = [], []
+
+    async def group_send(group, message):
+        started.append(group)
+        await asyncio.sleep(0.05)  # a slow layer: sequential sends would take 0.15 s
+        if group == "g.bad":
+            raise ConnectionError("refused")
+        finished.append((group, message["n"]))
+
+    monkeypatch.setattr(layer, "group_send", group_send)
+    loop = asyncio.get_event_loop_policy().new_event_loop()
+    monkeypatch.setattr(realtime._PublisherLoop, "loop", loop)
+    import threading
+    import time
+
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    try:
+        t = time.perf_counter()
+        realtime._send(["g.run", "g.bad", "g.inbox"], {"n": 1})
+        took = time.perf_counter() - t
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+    assert started == ["g.run", "g.bad", "g.inbox"]  # in the order given: the run's first
+    assert sorted(finished) == [("g.inbox", 1), ("g.run", 1)]
+    assert took < 0.12  # concurrent: about one send's time, not three
