@@ -155,11 +155,11 @@ PROCS: dict[str, subprocess.Popen] = {}  # base URL -> the daphne serving it
 
 
 @contextlib.contextmanager
-def daphne(env: dict | None = None):
-    """A real daphne serving console.asgi on a free port; yields its base URL."""
+def daphne(env: dict | None = None, app: str = "console.asgi:application"):
+    """A real daphne serving `app` (console.asgi) on a free port; yields its base URL."""
     port = free_port()
     proc = subprocess.Popen(
-        [DAPHNE, "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+        [DAPHNE, "-b", "127.0.0.1", "-p", str(port), app],
         cwd=ROOT,
         env=env or server_env(),
         stdout=subprocess.DEVNULL,

@@ -8,7 +8,8 @@ HTTP; the client is the official `mcp` ClientSession over Streamable HTTP):
     straight to the upstream. Target >= 0.8x.
 (c) a held call: the decision POST sent -> the client's `tools/call` result returned, p50.
     Target <= 25 ms. Baseline: one ungated call through the gateway (what the forward alone
-    costs).
+    costs). Beside it, the decision POST returned -> the result (the gateway's own part: the
+    wake-up, the claim, the forward; ~0 when the result is there before the POST's answer).
 """
 
 from __future__ import annotations
@@ -114,8 +115,9 @@ async def throughput(url: str, key: str | None, calls: int, workers: int) -> flo
     return per * workers / (time.perf_counter() - started)
 
 
-async def held(base: str, key: str, decide_key: str, trials: int) -> list[float]:
-    times = []
+async def held(base: str, key: str, decide_key: str, trials: int) -> tuple[list, list]:
+    """(decision POST sent -> result, decision POST returned -> result) per trial."""
+    times, after_post = [], []
     async with (
         client(f"{base}/mcp/bench", key) as session,
         httpx.AsyncClient(
@@ -136,11 +138,13 @@ async def held(base: str, key: str, decide_key: str, trials: int) -> list[float]
             answer = await api.post(
                 f"/api/v1/approvals/{approval['id']}/decision", json={"decision": "approve"}
             )
+            returned = time.perf_counter()
             assert answer.status_code == 200, answer.text
             result = await call
             times.append(time.perf_counter() - sent)
+            after_post.append(time.perf_counter() - returned)
             assert not result.is_error, result
-    return times
+    return times, after_post
 
 
 def main() -> None:
@@ -177,14 +181,15 @@ def main() -> None:
             through = asyncio.run(sequential(gateway, key, CALLS))
             direct_rate = asyncio.run(throughput(upstream_url, None, CALLS, CONCURRENCY))
             gateway_rate = asyncio.run(throughput(gateway, key, CALLS, CONCURRENCY))
-            decided = asyncio.run(held(base, key, decide_key, HELD))
+            decided, after_post = asyncio.run(held(base, key, decide_key, HELD))
     d50, g50 = pct(direct, 0.5) * 1000, pct(through, 0.5) * 1000
+    d90, g90 = pct(direct, 0.9) * 1000, pct(through, 0.9) * 1000
     added = g50 - d50
     support.record(
         "mcp",
         "ungated call (rule-approved) added latency p50, gateway - direct",
-        f"{added:.1f} ms (gateway {g50:.1f} ms)",
-        baseline=f"direct {d50:.1f} ms",
+        f"{added:.1f} ms (gateway {g50:.1f} ms, p90 {g90:.1f} ms)",
+        baseline=f"direct {d50:.1f} ms (p90 {d90:.1f} ms)",
         ratio=g50 / d50 if d50 else None,
         target="<= 5 ms",
         met=added <= 5,
@@ -208,6 +213,12 @@ def main() -> None:
         ratio=h50 / g50 if g50 else None,
         target="<= 25 ms",
         met=h50 <= 25,
+    )
+    support.record(
+        "mcp",
+        "held call: decision POST returned -> client's result p50 (the gateway's part)",
+        f"{pct(after_post, 0.5) * 1000:.2f} ms (p90 {pct(after_post, 0.9) * 1000:.2f} ms)",
+        baseline=f"decision POST sent -> returned {(h50 - pct(after_post, 0.5) * 1000):.1f} ms",
     )
 
 

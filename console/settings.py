@@ -241,7 +241,7 @@ INSTALLED_APPS = [
 # the event loop instead of a thread hop each on the async path (see that module).
 MIDDLEWARE = [
     # X-Request-Id, request metrics, the request's span. GAVEL_REQUEST_MIDDLEWARE=0 leaves it out
-    # (bench/ops.py measures its cost against a server without it; not for production).
+    # (not for production; bench/ops.py measures its cost in one process: bench/_middleware_asgi).
     *(["ops.middleware.RequestMiddleware"] if env_bool("GAVEL_REQUEST_MIDDLEWARE", True) else []),
     "console.middleware.SecurityMiddleware",
     "console.middleware.ContentSecurityPolicyMiddleware",
@@ -396,6 +396,12 @@ GAVEL_OUTBOUND_ALLOW_LOOPBACK = env_bool("GAVEL_OUTBOUND_ALLOW_LOOPBACK", False)
 GAVEL_MCP_ALLOW_HTTP = env_bool("GAVEL_MCP_ALLOW_HTTP", False)
 GAVEL_MCP_PROGRESS_SECONDS = env_int("GAVEL_MCP_PROGRESS_SECONDS", 10, minimum=1)
 GAVEL_MCP_UPSTREAM_DEADLINE_SECONDS = env_int("GAVEL_MCP_UPSTREAM_DEADLINE_SECONDS", 60, minimum=1)
+# An MCP session with no request for this long is closed (its run finished unless a call of it
+# still waits for a decision): docs/mcp.md.
+GAVEL_MCP_SESSION_IDLE_SECONDS = env_int("GAVEL_MCP_SESSION_IDLE_SECONDS", 1800, minimum=10)
+# How long a server process trusts its copy of a key's and a server's row at the gateway's edge
+# (a revoke, a deactivation or a disabled server is seen at once by the process that made it).
+GAVEL_MCP_CACHE_SECONDS = env_int("GAVEL_MCP_CACHE_SECONDS", 5, minimum=0)
 # The key that encrypts stored secrets (a tenant's OIDC client secret): a Fernet key
 # (32 url-safe base64 bytes); unset, one is derived from SECRET_KEY (console/crypto.py).
 GAVEL_ENCRYPTION_KEY = os.environ.get("GAVEL_ENCRYPTION_KEY", "")

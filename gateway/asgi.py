@@ -24,10 +24,10 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
 from console.audit.log import audit_refused
-from console.core.db import released
+from console.core import ratelimit
 from console.core.errors import Forbidden, GavelError, NotFound, RateLimited
 from console.web.auth import PrincipalKeyAuth
-from gateway import flow, records, shutdown, upstream
+from gateway import edge, flow, records, upstream
 from gateway.access import server_for
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class Caller:
                         [self.server.tenant_id, self.server.pk, self.key.principal_id, run_id]
                     )[:40]
                 )
-            self.session = await released(records.session_open)(
+            self.session = await flow.db(records.session_open)(
                 server=self.server,
                 key=self.key,
                 agent_id=self.headers.get("x-gavel-agent") or self.key.name,
@@ -105,7 +105,13 @@ async def _call_tool(ctx, params: types.CallToolRequestParams):
         tool=params.name,
         arguments=params.arguments,
         progress=progress,
+        request_id=_request_id(ctx.request_id),
     )
+
+
+def _request_id(value) -> str:
+    """A JSON-RPC id as the call stores it (a number and its string are one id here)."""
+    return "" if value is None else str(value)[:100]
 
 
 async def _list_resources(ctx, params):
@@ -158,7 +164,6 @@ class Gateway:
 
     async def _ensure(self) -> StreamableHTTPSessionManager:
         if self._started is None:
-            shutdown.answer_waiting_on_sigterm()
             self._started = asyncio.Event()
             # Origin/Host are checked by ALLOWED_HOSTS-like rules at the edge: every request
             # carries a Bearer key (never ambient credentials), so DNS rebinding gains nothing.
@@ -180,7 +185,7 @@ class Gateway:
         name = scope["path"][len(PREFIX) :].strip("/")
         session_id = headers.get("mcp-session-id")
         try:
-            key, server, session = await released(_resolve)(
+            key, server, session = await flow.db(_resolve)(
                 headers.get("authorization", ""), name, session_id, scope
             )
         except GavelError as exc:
@@ -190,9 +195,12 @@ class Gateway:
         caller = Caller(server=server, key=key, headers=headers, session=session)
         if session_id:
             if scope["method"] == "DELETE":
-                await released(records.session_close)(session=session)
+                await flow.db(records.session_close)(session=session, reason="deleted")
                 await _plain(send, 200, b"")
                 return
+            cancelled = _cancelled_request(body)
+            if cancelled is not None:
+                await flow.db(records.call_cancel)(session=session, request_id=cancelled, key=key)
         elif _is_initialize(body):
             version = _initialize_version(body)
             caller.session = await caller.the_session(version)
@@ -206,8 +214,43 @@ class Gateway:
 
 
 def _resolve(header: str, name: str, session_id: str | None, scope):
-    """Key, server and session in one trip to the database (the contract's order: 401, 403,
-    then 404 for the server and for the session). A 403 is audited as for the API."""
+    """Key, server and session (the contract's order: 401, 403, then 404 for the server and
+    for the session), from this process's copies when it has them (gateway/edge.py; the key's
+    rate limit is taken every time). A 403 is audited as for the API. A session idle past
+    GAVEL_MCP_SESSION_IDLE_SECONDS is closed now and answers 404 (the client starts a new
+    one, as the protocol says)."""
+    known = edge.key_and_server(header, name)
+    if known is not None:
+        key, server = known
+        _take_rate(key)
+    else:
+        key, server = _looked_up(header, name, scope)
+        edge.keep_key_and_server(header, name, key, server)
+    session = None
+    if session_id:
+        session = edge.session(
+            server_id=server.pk, principal_id=key.principal_id, public_id=session_id
+        ) or records.session_find(server=server, key=key, public_id=session_id)
+        if session is None:
+            raise NotFound("no such MCP session", code="session_not_found")
+        if records.session_idle(session):  # this copy says so: the row decides
+            session = records.session_find(server=server, key=key, public_id=session_id)
+            if session is None or records.session_idle(session):
+                if session is not None:
+                    records.session_close(session=session, reason="idle")
+                raise NotFound("the MCP session ended: it was idle", code="session_not_found")
+        records.session_touch(session=session)
+        edge.keep_session(session)
+    return key, server, session
+
+
+def _take_rate(key) -> None:
+    wait = ratelimit.take(key.pk, per_minute=key.rate_per_minute, burst=key.rate_burst)
+    if wait:
+        raise RateLimited("rate limit exceeded for this key", retry_after=math.ceil(wait))
+
+
+def _looked_up(header: str, name: str, scope):
     request = SimpleNamespace()
     try:
         key = _authenticate(header, request)
@@ -224,13 +267,7 @@ def _resolve(header: str, name: str, session_id: str | None, scope):
             user_agent=agent,
         )
         raise
-    server = server_for(tenant_id=key.tenant_id, name=name, active_only=True)
-    session = None
-    if session_id:
-        session = records.session_find(server=server, key=key, public_id=session_id)
-        if session is None:
-            raise NotFound("no such MCP session", code="session_not_found")
-    return key, server, session
+    return key, server_for(tenant_id=key.tenant_id, name=name, active_only=True)
 
 
 def _authenticate(header: str, request):
@@ -324,6 +361,15 @@ def _parsed(body: bytes):
 def _is_initialize(body: bytes) -> bool:
     message = _parsed(body)
     return isinstance(message, dict) and message.get("method") == "initialize"
+
+
+def _cancelled_request(body: bytes) -> str | None:
+    """The request id a `notifications/cancelled` names (None for any other message)."""
+    message = _parsed(body)
+    if not isinstance(message, dict) or message.get("method") != "notifications/cancelled":
+        return None
+    request_id = (message.get("params") or {}).get("requestId")
+    return None if request_id is None else _request_id(request_id)
 
 
 def _initialize_version(body: bytes) -> str:

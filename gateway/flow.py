@@ -1,14 +1,26 @@
 """One `tools/call` through the gateway, from the client's request to its result:
 
-1. recorded (the step and, unless the call passes, its held call) before anything else;
-2. ungated calls (read-only with `passReadOnly`, or a rule's approval) go upstream at once;
+1. a call no person needs to see first (read-only with `passReadOnly`, or a lasting rule
+   approves it now: approvals' `rule_approving`, from the process's compiled rules) is written
+   as its McpCall (one INSERT) and goes upstream at once; its step, its approval decided by the
+   rule and its audit entry are written in one transaction right after it is answered (the
+   write-behind below; a process that stops first leaves `recorded` false, and the sweep
+   writes the record, marking the result as not recorded);
+2. any other call is recorded (its step and held call, through runs' ingest and approvals'
+   request service) before anything else;
 3. a held call waits for its decision, woken through the channel layer by a decision made on
    any server process (the held decisions long-poll's wake-up, console/live/realtime.py), with a
    database re-read on a timer so a lost wake only delays; progress notifications meanwhile
    when the client asked for them;
 4. approved: claimed (at most once) and sent upstream with the reviewer's arguments; denied or
    expired: `isError` with the message the model reads; not decided within `holdSeconds`:
-   `isError` saying to call again with the same arguments (the same call attaches).
+   `isError` saying to call again with the same arguments (the same call attaches);
+5. a forwarded call's result goes back to the client first and is recorded right after
+   (`Recorder`: at most BACKLOG records pending per process, a new call waits for room; a
+   stopping server writes them before it exits).
+
+Database work runs in the executor's threads side by side (not the process's one sync thread)
+except on SQLite, whose one writer it would only make wait.
 """
 
 from __future__ import annotations
@@ -31,6 +43,87 @@ from gateway.models import CallState, McpServer, McpSession
 
 log = logging.getLogger(__name__)
 FINISH_WAIT_SECONDS = 0.25  # how often an attached caller re-reads a result another sends
+
+
+def db(fn):
+    """`fn` in a worker thread, its connection given back after (console.core.db.released);
+    concurrent requests' work side by side, except on SQLite (one writer)."""
+    sqlite = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
+    return released(fn, thread_sensitive=sqlite)
+
+
+class Recorder:
+    """The results recorded after they are answered: this process's pending records. Passed
+    calls' records are written in batches (records.calls_record_passed: one transaction, a
+    run's calls in one ingest batch), once no record came for IDLE_SECONDS (the process is
+    between calls: the writing then takes no CPU from a call), at the latest MAX_DELAY_SECONDS
+    after the oldest, or at BATCH of them;
+    other results (a held call's, its step written before) one by one at once. At most
+    BACKLOG wait: a new call waits for room (back-pressure, never an unbounded queue)."""
+
+    BACKLOG = 256
+    BATCH = 200
+    IDLE_SECONDS = 0.02
+    MAX_DELAY_SECONDS = 1.0
+    last_added: ClassVar[float] = 0.0
+    queue: ClassVar[list] = []
+    pending: ClassVar[set] = set()  # tasks: the flusher, and single records
+    flushed: ClassVar[asyncio.Event | None] = None
+    flusher: ClassVar[asyncio.Task | None] = None
+
+    @classmethod
+    async def later(cls, fn, **kwargs) -> None:
+        if fn is not records.call_record_passed:
+            cls._start(cls._write(fn, kwargs))
+            return
+        while len(cls.queue) >= cls.BACKLOG:
+            cls.flushed = cls.flushed or asyncio.Event()
+            await cls.flushed.wait()
+        cls.queue.append((kwargs["call"], kwargs["result"], kwargs["key"]))
+        cls.last_added = asyncio.get_running_loop().time()
+        if cls.flusher is None or cls.flusher.done():
+            cls.flusher = cls._start(cls._flush())
+
+    @classmethod
+    def _start(cls, coroutine) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        cls.pending.add(task)
+        task.add_done_callback(cls.pending.discard)
+        return task
+
+    @classmethod
+    async def _flush(cls) -> None:
+        loop = asyncio.get_running_loop()
+        while cls.queue:
+            latest = loop.time() + cls.MAX_DELAY_SECONDS
+            while len(cls.queue) < cls.BATCH and not Waiting.stopping:
+                now = loop.time()
+                quiet_at = cls.last_added + cls.IDLE_SECONDS
+                if now >= quiet_at or now >= latest:
+                    break
+                await asyncio.sleep(min(quiet_at, latest) - now)
+            batch, cls.queue[:] = cls.queue[: cls.BATCH], cls.queue[cls.BATCH :]
+            try:
+                await db(records.calls_record_passed)(items=batch)
+            except Exception:  # the rows say `recorded` false: the sweep writes them
+                log.exception("recording %s MCP calls failed; the sweep records them", len(batch))
+            if cls.flushed is not None:
+                cls.flushed.set()
+                cls.flushed = None
+
+    @staticmethod
+    async def _write(fn, kwargs) -> None:
+        try:
+            await db(fn)(**kwargs)
+        except Exception:  # the row says `recorded` false: the sweep writes it
+            log.exception("recording MCP call %s failed; the sweep records it", kwargs["call"].pk)
+
+    @classmethod
+    async def drain(cls, timeout: float) -> None:
+        """Wait for what is pending (a stopping server: `Waiting.stopping` is set, the flusher
+        writes without waiting for a batch to fill)."""
+        if cls.pending:
+            await asyncio.wait(set(cls.pending), timeout=timeout)
 
 
 @dataclass
@@ -82,12 +175,17 @@ async def _read_only(server: McpServer, tool: str) -> bool:
 
 
 async def call_tool(
-    *, session: McpSession, key, tool: str, arguments, progress=None
+    *, session: McpSession, key, tool: str, arguments, progress=None, request_id: str = ""
 ) -> CallToolResult:
     server = session.server
-    gated = not await _read_only(server, tool)
-    begun = await released(records.call_begin)(
-        session=session, tool=tool, arguments=arguments, gated=gated
+    read_only = await _read_only(server, tool)
+    passed = await db(records.call_pass)(
+        session=session, tool=tool, arguments=arguments, read_only=read_only, request_id=request_id
+    )
+    if passed is not None:
+        return await _send(call=passed, key=key, arguments=arguments)
+    begun = await db(records.call_begin)(
+        session=session, tool=tool, arguments=arguments, gated=True, request_id=request_id
     )
     call = begun.call
     if begun.claimed:
@@ -116,7 +214,7 @@ async def _await_decision(*, call, key, server, tool, progress, fresh) -> CallTo
         async with waiter as woken:
             while True:
                 if not fresh:
-                    call = await released(records.call_look)(call=call)
+                    call = await db(records.call_look)(call=call)
                 fresh = False
                 approval = call.approval
                 if call.state in (CallState.DONE, CallState.REFUSED):
@@ -134,10 +232,8 @@ async def _await_decision(*, call, key, server, tool, progress, fresh) -> CallTo
                     body = _text_result(
                         approval.message or records.refusal_for(server=server.name, tool=tool)
                     )
-                    await released(records.call_finish)(
-                        call=call, result=body, key=key, forwarded=False
-                    )
-                    fresh = await released(records.call_result)(call=call)
+                    await db(records.call_finish)(call=call, result=body, key=key, forwarded=False)
+                    fresh = await db(records.call_result)(call=call)
                     return _as_result(fresh.result or body)
                 now = loop.time()
                 if now >= deadline or Waiting.stopping:
@@ -177,7 +273,7 @@ def _wall() -> float:
 
 async def _forward(*, call, key, arguments) -> CallToolResult:
     """Send the call upstream if this caller wins the claim; else wait for the winner's result."""
-    claimed = await released(records.call_claim)(call=call)
+    claimed = await db(records.call_claim)(call=call)
     if not claimed:
         loop = asyncio.get_running_loop()
         return await _result_of(call=call, deadline=loop.time() + call.server.hold_seconds)
@@ -185,7 +281,7 @@ async def _forward(*, call, key, arguments) -> CallToolResult:
 
 
 async def _send(*, call, key, arguments) -> CallToolResult:
-    """The claimed call upstream, and its result recorded before it is answered."""
+    """The claimed call upstream; its result recorded right after it is answered."""
     try:
         result = await upstream.request(
             call.server,
@@ -197,7 +293,10 @@ async def _send(*, call, key, arguments) -> CallToolResult:
     except Exception as exc:  # the upstream's own JSON-RPC error
         message = getattr(getattr(exc, "error", None), "message", None) or type(exc).__name__
         body = _text_result(f"`{call.tool}` on `{call.server.name}` failed: {message}")
-    await released(records.call_finish)(call=call, result=body, key=key, forwarded=True)
+    if call.passed_by and not call.step:
+        await Recorder.later(records.call_record_passed, call=call, result=body, key=key)
+    else:
+        await Recorder.later(records.call_finish, call=call, result=body, key=key, forwarded=True)
     return _as_result(body)
 
 
@@ -205,7 +304,7 @@ async def _result_of(*, call, deadline: float) -> CallToolResult:
     """Another caller sends this call upstream: its recorded result, once there."""
     loop = asyncio.get_running_loop()
     while True:
-        fresh = await released(records.call_result)(call=call)
+        fresh = await db(records.call_result)(call=call)
         if fresh.state in (CallState.DONE, CallState.REFUSED) and fresh.result is not None:
             return _as_result(fresh.result)
         if loop.time() >= deadline:

@@ -57,7 +57,28 @@ class McpSession(models.Model):
     key = models.ForeignKey(ApiKey, null=True, on_delete=models.SET_NULL, related_name="+")
     protocol_version = models.CharField(max_length=32, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # the last request of the session (written at most every few seconds, and with each
+    # call's record): the idle limit (GAVEL_MCP_SESSION_IDLE_SECONDS) counts from it
+    last_used_at = models.DateTimeField(default=timezone.now)
     closed_at = models.DateTimeField(null=True, blank=True)
+    close_reason = models.CharField(max_length=32, blank=True)  # "deleted", "idle"
+    # closed, its run left open while a call waits or is still to be recorded (the sweep
+    # finishes the run once none does)
+    finishing = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["last_used_at"],
+                condition=models.Q(closed_at__isnull=True),
+                name="mcp_session_open_used",
+            ),
+            models.Index(
+                fields=["closed_at"],
+                condition=models.Q(finishing=True),
+                name="mcp_session_finishing",
+            ),
+        ]
 
 
 class CallState(models.TextChoices):
@@ -85,11 +106,25 @@ class McpCall(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     forwarded_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The client's JSON-RPC id of the `tools/call` (its `notifications/cancelled` names it).
+    request_id = models.CharField(max_length=100, blank=True)
+    # A call that passed without a human before its record was written (gateway/flow.py's
+    # fast path): "read_only", or the approving rule's public id; "" for every other call.
+    passed_by = models.CharField(max_length=40, blank=True)
+    # False while a passed call's step, approval and audit are still to be written (the
+    # write-behind; the sweep records what a stopped process left: gateway/records.py).
+    recorded = models.BooleanField(default=True)
 
     class Meta:
         indexes = [
             models.Index(
                 fields=["server", "principal", "tool", "canonical", "state"],
                 name="mcp_call_attach",
-            )
+            ),
+            models.Index(
+                fields=["created_at"],
+                condition=models.Q(recorded=False),
+                name="mcp_call_unrecorded",
+            ),
+            models.Index(fields=["session", "request_id"], name="mcp_call_request"),
         ]

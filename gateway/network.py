@@ -11,6 +11,7 @@ transport takes no backend argument, so `transport()` gives the pool it built th
 
 from __future__ import annotations
 
+import asyncio
 import functools
 
 import anyio
@@ -43,7 +44,9 @@ class PinnedBackend(httpcore2.AsyncNetworkBackend):
             timeout=seconds,
         )
         try:
-            addresses = await anyio.to_thread.run_sync(check)
+            # the loop's default executor, not anyio's worker threads: those are not daemon
+            # threads and linger idle for 10 s, which held a server's exit after SIGTERM
+            addresses = await asyncio.get_running_loop().run_in_executor(None, check)
         except outbound.Refused:
             self.refused = True
             raise httpcore2.ConnectError(outbound.REFUSED) from None

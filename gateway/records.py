@@ -8,21 +8,37 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from approvals.models import Approval, ApprovalStatus
+from approvals.models import Approval, ApprovalStatus, Rule
 from approvals.services.expiry import approvals_expire_due
+from approvals.services.requests import approvals_cancel
+from approvals.services.rules import rule_approving
+from approvals.services.settle import approval_settle
 from console.audit.log import audit
+from gateway import edge
 from gateway.models import CallState, McpCall, McpServer, McpSession
 from runs import access
 from runs import schemas as s
 from runs.services.ingest import run_admit, run_events_apply
 
+log = logging.getLogger(__name__)
 MODEL = "mcp"  # the step's model: a gateway call has no model of its own
+READ_ONLY = "read_only"  # McpCall.passed_by of a call passed by its tool's readOnlyHint
+NOT_RECORDED = (
+    "the gateway stopped before it recorded this call's result (the call went to the server)"
+)
+
+
+def _error_result(text: str) -> dict:
+    return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
 def canonical(arguments) -> str:
@@ -89,32 +105,60 @@ def session_find(*, server: McpServer, key, public_id: str) -> McpSession | None
     )
 
 
+def session_touch(*, session: McpSession) -> None:
+    """A request of the session: its idle time starts again (written at most once per tenth
+    of the idle limit, and with each call's record)."""
+    now = timezone.now()
+    every = timedelta(seconds=min(60, settings.GAVEL_MCP_SESSION_IDLE_SECONDS / 10))
+    if now - session.last_used_at >= every:
+        McpSession.objects.filter(pk=session.pk).update(last_used_at=now)
+        session.last_used_at = now
+
+
+def session_idle(session: McpSession) -> bool:
+    idle = timedelta(seconds=settings.GAVEL_MCP_SESSION_IDLE_SECONDS)
+    return timezone.now() - session.last_used_at >= idle
+
+
 @transaction.atomic
-def session_close(*, session: McpSession) -> None:
-    """The client ended the session (HTTP DELETE): it is closed and its run finished
-    (`run.finished`, status done, through runs' ingest like any runtime's end of run), unless
-    one of its calls still waits for a decision (finishing would cancel it, and a client that
-    restarts calls again from a new session to attach to it)."""
+def session_close(*, session: McpSession, reason: str = "deleted") -> None:
+    """The client ended the session (HTTP DELETE), or it was idle past the limit
+    (GAVEL_MCP_SESSION_IDLE_SECONDS): it is closed and its run finished (`run.finished`,
+    status done, finish reason `mcp_session_<reason>`, through runs' ingest like any
+    runtime's end of run), unless one of its calls still waits for a decision (finishing
+    would cancel it, and a client that restarts calls again from a new session to attach to
+    it; the sweep finishes the run once none waits)."""
     closed = McpSession.objects.filter(pk=session.pk, closed_at=None).update(
-        closed_at=timezone.now()
+        closed_at=timezone.now(), close_reason=reason
     )
-    if not closed:
-        return
+    transaction.on_commit(edge.forget)
+    if closed:
+        _run_finish(session=session, reason=reason)
+
+
+def _run_finish(*, session: McpSession, reason: str) -> bool:
+    """Finish the closed session's run unless a call of it still waits for a decision or is
+    still to be recorded; the session stays marked `finishing` for the sweep until then.
+    True when the run is finished (now, or already)."""
     waiting = McpCall.objects.filter(
         session=session, state=CallState.HELD, approval__status=ApprovalStatus.PENDING
     )
-    if waiting.exists():  # finishing would cancel them: a client that restarts re-attaches
-        return
+    # finishing would cancel a waiting call (a client that restarts re-attaches to it); an
+    # answered call whose step is still to be written: finished after it
+    later = waiting.exists() or McpCall.objects.filter(session=session, recorded=False).exists()
+    McpSession.objects.filter(pk=session.pk).update(finishing=later)
+    if later:
+        return False
     run = access.run_in_tenant(
         tenant_id=session.tenant_id, run_id=session.run.external_id, for_update=True
     )
     if run.is_finished:
-        return
+        return True
     finished = {
         "type": "run.finished",
         "seq": run.last_seq + 1,
         "status": "done",
-        "finishReason": "mcp_session_deleted",
+        "finishReason": f"mcp_session_{reason}",
     }
     run_events_apply(
         tenant_id=session.tenant_id,
@@ -122,6 +166,7 @@ def session_close(*, session: McpSession) -> None:
         events=s.EVENTS.validate_python([finished]),
         locked=run,
     )
+    return True
 
 
 @dataclass
@@ -131,8 +176,94 @@ class Begun:
     claimed: bool = False  # this caller sends it upstream (an ungated call, claimed at once)
 
 
+def _name(server: McpServer, tool: str) -> str:
+    return f"{server.name}.{tool}"
+
+
+def _call_events(*, run, seq: int, step: int, server, tool, tool_call_id, arguments, held):
+    """A call's step as runs' events: started, the assistant's tool call, and (`held`) the
+    held call approvals' request service turns into an Approval (rules decide it there)."""
+    name = _name(server, tool)
+    events = [
+        {
+            "type": "step.started",
+            "seq": seq + 1,
+            "step": step,
+            "agentId": run.current_agent_id,
+            "model": MODEL,
+        },
+        {
+            "type": "message",
+            "seq": seq + 2,
+            "step": step,
+            "message": {
+                "role": "assistant",
+                "content": "",
+                "toolCalls": [{"id": tool_call_id, "name": name, "arguments": arguments}],
+            },
+        },
+    ]
+    if held:
+        events.append(
+            {
+                "type": "approval.requested",
+                "seq": seq + 3,
+                "step": step,
+                "calls": [
+                    {
+                        "toolCallId": tool_call_id,
+                        "toolName": name,
+                        "arguments": arguments,
+                        "reason": reason_for(server=server.name, tool=tool),
+                        "rejectionMessage": refusal_for(server=server.name, tool=tool),
+                    }
+                ],
+            }
+        )
+    return events
+
+
+def _result_events(*, seq: int, call: McpCall, result: dict):
+    """A call's result on its step, and the step's end."""
+    return [
+        {
+            "type": "tool.result",
+            "seq": seq + 1,
+            "step": call.step,
+            "toolCallId": call.tool_call_id,
+            "toolName": _name(call.server, call.tool),
+            "result": result,
+            "isError": bool(result.get("isError")),
+        },
+        {
+            "type": "step.finished",
+            "seq": seq + 2,
+            "step": call.step,
+            "model": MODEL,
+            "usage": {"inputTokens": 0, "outputTokens": 0, "costMinorUnits": 0},
+        },
+    ]
+
+
+def _apply(*, session: McpSession, run, events: list) -> None:
+    run_events_apply(
+        tenant_id=session.tenant_id,
+        run_id=run.external_id,
+        events=s.EVENTS.validate_python(events),
+        locked=run,
+    )
+
+
+def _locked_run(session: McpSession):
+    return access.run_in_tenant(
+        tenant_id=session.tenant_id, run_id=session.run.external_id, for_update=True
+    )
+
+
 @transaction.atomic
-def call_begin(*, session: McpSession, tool: str, arguments, gated: bool) -> Begun:
+def call_begin(
+    *, session: McpSession, tool: str, arguments, gated: bool, request_id: str = ""
+) -> Begun:
     """Record the call (its step, and its held call when `gated`) before anything else
     happens; or attach to the same call (principal, server, tool, canonical arguments) whose
     approval is pending or approved and not yet used."""
@@ -154,56 +285,23 @@ def call_begin(*, session: McpSession, tool: str, arguments, gated: bool) -> Beg
             .first()
         )
         if held is not None:
+            if request_id and held.session_id == session.pk:
+                McpCall.objects.filter(pk=held.pk).update(request_id=request_id)
             return Begun(call=held, attached=True)
-    run = access.run_in_tenant(
-        tenant_id=session.tenant_id, run_id=session.run.external_id, for_update=True
-    )
+    run = _locked_run(session)
     step = run.steps + 1
     tool_call_id = f"mcp_{secrets.token_hex(8)}"
-    name = f"{server.name}.{tool}"
-    seq = run.last_seq
-    events = [
-        {
-            "type": "step.started",
-            "seq": seq + 1,
-            "step": step,
-            "agentId": run.current_agent_id,
-            "model": MODEL,
-        },
-        {
-            "type": "message",
-            "seq": seq + 2,
-            "step": step,
-            "message": {
-                "role": "assistant",
-                "content": "",
-                "toolCalls": [{"id": tool_call_id, "name": name, "arguments": arguments}],
-            },
-        },
-    ]
-    if gated:
-        events.append(
-            {
-                "type": "approval.requested",
-                "seq": seq + 3,
-                "step": step,
-                "calls": [
-                    {
-                        "toolCallId": tool_call_id,
-                        "toolName": name,
-                        "arguments": arguments,
-                        "reason": reason_for(server=server.name, tool=tool),
-                        "rejectionMessage": refusal_for(server=server.name, tool=tool),
-                    }
-                ],
-            }
-        )
-    run_events_apply(
-        tenant_id=session.tenant_id,
-        run_id=run.external_id,
-        events=s.EVENTS.validate_python(events),
-        locked=run,
+    events = _call_events(
+        run=run,
+        seq=run.last_seq,
+        step=step,
+        server=server,
+        tool=tool,
+        tool_call_id=tool_call_id,
+        arguments=arguments,
+        held=gated,
     )
+    _apply(session=session, run=run, events=events)
     approval = (
         Approval.objects.filter(run=run, tool_call_id=tool_call_id).first() if gated else None
     )
@@ -224,9 +322,161 @@ def call_begin(*, session: McpSession, tool: str, arguments, gated: bool) -> Beg
         step=step,
         tool_call_id=tool_call_id,
         approval=approval,
+        request_id=request_id,
+        recorded=not claimed,  # a claimed call's result is recorded after it is answered
     )
+    McpSession.objects.filter(pk=session.pk).update(last_used_at=now)
     call.session = session
     return Begun(call=call, attached=False, claimed=claimed)
+
+
+def call_pass(
+    *, session: McpSession, tool: str, arguments, read_only: bool, request_id: str = ""
+) -> McpCall | None:
+    """The fast path of a call no person needs to see first (its tool is read-only under
+    `passReadOnly`, or a lasting rule approves it now): the one write before it goes upstream,
+    its McpCall (`passed_by` says why it passed; `recorded` false: its step, approval and
+    audit entry are written after it is answered, by call_record_passed, or by the sweep if
+    this process stops first). None: the call takes the recorded-first path (call_begin)."""
+    server = session.server
+    passed_by = READ_ONLY if read_only else None
+    if passed_by is None:
+        spec = rule_approving(run=session.run, tool_name=_name(server, tool), arguments=arguments)
+        if spec is None:
+            return None
+        passed_by = spec.id
+    now = timezone.now()
+    call = McpCall.objects.create(
+        state=CallState.FORWARDING,
+        created_at=now,
+        forwarded_at=now,
+        tenant_id=session.tenant_id,
+        session=session,
+        server=server,
+        principal_id=session.principal_id,
+        tool=tool,
+        canonical=canonical(arguments),
+        arguments=arguments,
+        step=0,  # numbered when its step is written
+        tool_call_id=f"mcp_{secrets.token_hex(8)}",
+        request_id=request_id,
+        passed_by=passed_by,
+        recorded=False,
+    )
+    call.session = session
+    return call
+
+
+def call_record_passed(*, call: McpCall, result: dict | None, key) -> bool:
+    """One passed call's record (calls_record_passed). False: it was recorded already."""
+    return bool(calls_record_passed(items=[(call, result, key)]))
+
+
+@transaction.atomic
+def calls_record_passed(*, items: list) -> int:
+    """Passed calls' records, `items` (call, result, key) in the order they were answered, in
+    one transaction, a run's calls in one batch of runs' ingest: each call's step (started,
+    the tool call, for a rule's pass its held call decided by that rule, the result,
+    finished), the McpCall's result, and its `mcp.call.forwarded` audit entry. A result None:
+    the process that sent it stopped before it recorded it (the sweep). Only the first record
+    of a call writes (one recorded already is skipped); a run whose batch fails is left
+    unrecorded for the sweep, the others are written. Returns how many it recorded."""
+    by_session: dict[int, list] = {}
+    for item in items:
+        by_session.setdefault(item[0].session_id, []).append(item)
+    recorded = 0
+    for group in by_session.values():
+        try:
+            with transaction.atomic():
+                recorded += _record_run(group)
+        except Exception:  # noqa: BLE001 - the rows stay `recorded` false: the sweep retries
+            log.exception("recording MCP calls of session %s failed", group[0][0].session_id)
+    return recorded
+
+
+def _record_run(items: list) -> int:
+    mine = set(
+        McpCall.objects.select_for_update(skip_locked=True)
+        .filter(pk__in=[c.pk for c, _, _ in items], recorded=False)
+        .values_list("pk", flat=True)
+    )
+    items = [item for item in items if item[0].pk in mine]
+    if not items:
+        return 0
+    session = items[0][0].session
+    run = _locked_run(session)
+    events, done = [], []
+    for call, result, key in items:
+        lost = result is None
+        if lost:
+            result = _error_result(NOT_RECORDED)
+        done.append((call, result, key, lost))
+        if run.is_finished:
+            continue
+        call.step = run.steps + 1 + len(events) // 5  # each passed call: one step of its own
+        seq = run.last_seq + len(events)
+        step_events = _call_events(
+            run=run,
+            seq=seq,
+            step=call.step,
+            server=call.server,
+            tool=call.tool,
+            tool_call_id=call.tool_call_id,
+            arguments=call.arguments,
+            held=True,
+        )
+        if call.passed_by == READ_ONLY:  # no held call (the events are numbered again below)
+            step_events[2] = {**step_events[2], "type": "_none"}
+        events += step_events + _result_events(seq=seq + 3, call=call, result=result)
+    events = _renumbered([e for e in events if e["type"] != "_none"], first=run.last_seq + 1)
+    if events:
+        _apply(session=session, run=run, events=events)
+    now = timezone.now()
+    for call, result, key, lost in done:
+        approval = None
+        if call.passed_by != READ_ONLY and not run.is_finished:
+            approval = _approved_by(run=run, call=call)
+        McpCall.objects.filter(pk=call.pk).update(
+            step=call.step,
+            approval=approval,
+            state=CallState.DONE,
+            result=result,
+            finished_at=now,
+            recorded=True,
+        )
+        call.approval = approval
+        _audit_finish(call=call, result=result, key=key, forwarded=True, lost=lost)
+    closed = McpSession.objects.filter(pk=session.pk, closed_at__isnull=False)
+    reason = closed.values_list("close_reason", flat=True).first()
+    if reason is not None and not run.is_finished:  # ended while these were being written
+        _run_finish(session=session, reason=reason or "deleted")
+    return len(done)
+
+
+def _renumbered(events: list, *, first: int) -> list:
+    return [{**event, "seq": first + i} for i, event in enumerate(events)]
+
+
+def _approved_by(*, run, call: McpCall):
+    """The passed call's approval, as the rule that passed it decided it. The rules decided
+    it again in the request (the same rule, unless a rule changed in the milliseconds
+    between): one left pending is settled by the rule that passed it; the audit entry of
+    the call names that rule either way."""
+    approval = Approval.objects.filter(run=run, tool_call_id=call.tool_call_id).first()
+    if approval is None or approval.status != ApprovalStatus.PENDING:
+        return approval
+    rule = Rule.objects.filter(tenant_id=call.tenant_id, public_id=call.passed_by).first()
+    if rule is not None:
+        approval_settle(
+            approval=approval,
+            status=ApprovalStatus.APPROVED,
+            message=rule.message or "",
+            arguments=approval.arguments,
+            rule=rule,
+            action="approval.decided",
+        )
+        approval.refresh_from_db()
+    return approval
 
 
 def call_look(*, call: McpCall) -> McpCall:
@@ -245,75 +495,141 @@ def call_look(*, call: McpCall) -> McpCall:
 
 
 def call_claim(*, call: McpCall) -> bool:
-    """This process sends the call upstream: exactly one claim wins."""
+    """This process sends the call upstream: exactly one claim wins. Its result is recorded
+    after it is answered (`recorded` false until then: the sweep's mark if the process
+    stops first)."""
     return bool(
         McpCall.objects.filter(pk=call.pk, state=CallState.HELD).update(
-            state=CallState.FORWARDING, forwarded_at=timezone.now()
+            state=CallState.FORWARDING, forwarded_at=timezone.now(), recorded=False
         )
     )
 
 
 @transaction.atomic
-def call_finish(*, call: McpCall, result: dict, key, forwarded: bool) -> bool:
-    """Record the result (the upstream's, or the refusal) on the call and its run's step, and
-    audit it. Only the first finish of a call writes (False: it was already finished)."""
+def call_finish(*, call: McpCall, result: dict | None, key, forwarded: bool) -> bool:
+    """Record the result (the upstream's, or the refusal; None: the process that sent it
+    stopped before recording it) on the call and its run's step, and audit it. Only the
+    first finish of a call writes (False: it was already finished)."""
     state = CallState.DONE if forwarded else CallState.REFUSED
     from_state = CallState.FORWARDING if forwarded else CallState.HELD
+    lost = result is None
+    if lost:
+        result = _error_result(NOT_RECORDED)
     won = McpCall.objects.filter(pk=call.pk, state=from_state).update(
-        state=state, result=result, finished_at=timezone.now()
+        state=state, result=result, finished_at=timezone.now(), recorded=True
     )
     if not won:
         return False
     session = call.session
-    run = access.run_in_tenant(
-        tenant_id=session.tenant_id, run_id=session.run.external_id, for_update=True
-    )
-    seq = run.last_seq
-    name = f"{call.server.name}.{call.tool}"
-    events = [
-        {
-            "type": "tool.result",
-            "seq": seq + 1,
-            "step": call.step,
-            "toolCallId": call.tool_call_id,
-            "toolName": name,
-            "result": result,
-            "isError": bool(result.get("isError")),
-        },
-        {
-            "type": "step.finished",
-            "seq": seq + 2,
-            "step": call.step,
-            "model": MODEL,
-            "usage": {"inputTokens": 0, "outputTokens": 0, "costMinorUnits": 0},
-        },
-    ]
+    run = _locked_run(session)
     if not run.is_finished:
-        run_events_apply(
-            tenant_id=session.tenant_id,
-            run_id=run.external_id,
-            events=s.EVENTS.validate_python(events),
-            locked=run,
+        _apply(
+            session=session,
+            run=run,
+            events=_result_events(seq=run.last_seq, call=call, result=result),
         )
+    _audit_finish(call=call, result=result, key=key, forwarded=forwarded, lost=lost)
+    return True
+
+
+def _audit_finish(*, call: McpCall, result: dict, key, forwarded: bool, lost=False, action=None):
+    session = call.session
     approval = call.approval
+    data = {
+        "server": call.server.name,
+        "tool": call.tool,
+        "run": session.run.external_id,
+        "approval": approval.public_id if approval else None,
+        "decision": approval.status if approval else "passed",
+        "isError": bool(result.get("isError")),
+    }
+    if call.passed_by:
+        data["passedBy"] = call.passed_by
+    if lost:
+        data["resultRecorded"] = False
     audit(
         tenant=call.server.tenant,
-        action="mcp.call.forwarded" if forwarded else "mcp.call.refused",
+        action=action or ("mcp.call.forwarded" if forwarded else "mcp.call.refused"),
         object_type="mcp_call",
         object_id=call.tool_call_id,
-        data={
-            "server": call.server.name,
-            "tool": call.tool,
-            "run": session.run.external_id,
-            "approval": approval.public_id if approval else None,
-            "decision": approval.status if approval else "passed",
-            "isError": bool(result.get("isError")),
-        },
+        data=data,
         principal=session.principal if key is None else key.principal,
         key=key,
     )
-    return True
 
 
 def call_result(*, call: McpCall) -> McpCall:
     return McpCall.objects.get(pk=call.pk)
+
+
+def cancelled_text(*, server: str, tool: str) -> str:
+    return f"`{tool}` on `{server}` was cancelled by the client; it did not run."
+
+
+@transaction.atomic
+def call_cancel(*, session: McpSession, request_id: str, key) -> McpCall | None:
+    """The client's `notifications/cancelled` for its `tools/call` `request_id`: a call of
+    the session still waiting for its decision is withdrawn (its approval cancelled, the
+    step's result says so, audited `mcp.call.cancelled`); it never goes upstream. A call
+    already on its way upstream, decided, or unknown is left as it is (None)."""
+    call = (
+        McpCall.objects.select_for_update(of=("self",))
+        .filter(session=session, request_id=request_id, state=CallState.HELD)
+        .select_related("approval", "server", "session__run", "session__principal")
+        .order_by("-pk")
+        .first()
+    )
+    if call is None or call.approval is None:
+        return None
+    if call.approval.status != ApprovalStatus.PENDING:
+        return None
+    approvals_cancel(approvals=[call.approval])
+    call.approval.refresh_from_db()
+    body = _error_result(cancelled_text(server=call.server.name, tool=call.tool))
+    McpCall.objects.filter(pk=call.pk).update(
+        state=CallState.REFUSED, result=body, finished_at=timezone.now(), recorded=True
+    )
+    run = _locked_run(call.session)
+    if not run.is_finished:
+        _apply(
+            session=call.session,
+            run=run,
+            events=_result_events(seq=run.last_seq, call=call, result=body),
+        )
+    _audit_finish(call=call, result=body, key=key, forwarded=False, action="mcp.call.cancelled")
+    return call
+
+
+# --- the sweep (manage.py expire_approvals --loop, through console.outbox) ---
+
+SWEEP_BATCH = 200
+
+
+def gateway_sweep(*, now=None) -> int:
+    """Record the passed calls a stopped process left unrecorded (older than the upstream
+    deadline and a minute: none can still be on its way), close sessions idle past
+    GAVEL_MCP_SESSION_IDLE_SECONDS, and finish the runs of closed sessions none of whose
+    calls waits any more. Returns how many things it did."""
+    now = now or timezone.now()
+    done = 0
+    stale = now - timedelta(seconds=settings.GAVEL_MCP_UPSTREAM_DEADLINE_SECONDS + 60)
+    left = (
+        McpCall.objects.filter(recorded=False, created_at__lt=stale)
+        .select_related("server__tenant", "session__run", "session__principal", "approval")
+        .order_by("pk")[:SWEEP_BATCH]
+    )
+    for call in left:
+        if call.passed_by and not call.step:
+            done += call_record_passed(call=call, result=None, key=None)
+        else:
+            done += call_finish(call=call, result=None, key=None, forwarded=True)
+    idle = now - timedelta(seconds=settings.GAVEL_MCP_SESSION_IDLE_SECONDS)
+    for session in McpSession.objects.filter(closed_at=None, last_used_at__lt=idle).select_related(
+        "run", "server"
+    )[:SWEEP_BATCH]:
+        session_close(session=session, reason="idle")
+        done += 1
+    for session in McpSession.objects.filter(finishing=True).select_related("run")[:SWEEP_BATCH]:
+        with transaction.atomic():
+            done += _run_finish(session=session, reason=session.close_reason or "deleted")
+    return done

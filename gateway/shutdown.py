@@ -1,48 +1,38 @@
 """SIGTERM to a server process: the MCP calls it holds answer at once with the bounded hold's
 "call again with the same arguments" (gateway.flow.stop_waiting) instead of being dropped with
-the connection; then the server's own handler (daphne's: Twisted stops the reactor and cancels
-every application) runs, once they are answered or after DRAIN_SECONDS.
+the connection, and so does any call held from then on; the results answered but not yet
+recorded (gateway.flow.Recorder) are written before the server stops.
 
-daphne runs no ASGI lifespan, and its own "before shutdown" trigger cancels the applications
-first, so the hook wraps the SIGTERM handler Twisted installed: the first request to the
-gateway installs it (in the main thread, where daphne's loop and signal handlers live)."""
+Both are the process's shutdown hooks (ops/context.py `on_shutdown`, registered from
+gateway/apps.py), which ops/serving.py runs under daphne: `answer_waiting` before it waits for
+the requests in flight (GAVEL_SHUTDOWN_GRACE_SECONDS) — the answered calls' requests finish
+inside that wait — and `record_answered` after them, bounded by RECORD_SECONDS."""
 
 from __future__ import annotations
 
-import asyncio
-import signal
-import threading
-
 from gateway import flow
+from ops.context import on_shutdown
 
-DRAIN_SECONDS = 3.0  # at most this long between SIGTERM and the server's own stop
-FLUSH_SECONDS = 0.2  # for the last answers' bytes to leave
+NAME = "MCP calls answered"
+RECORDED = "MCP results recorded"
+RECORD_SECONDS = 2.0  # at most this long for the last records after the requests finished
 
 
-def answer_waiting_on_sigterm() -> bool:
-    """Wrap the process's SIGTERM handler (once; only a Python one: none installed, nothing
-    to wrap). True when installed now."""
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    previous = signal.getsignal(signal.SIGTERM)
-    if not callable(previous) or getattr(previous, "gavel_mcp", False):
-        return False
-    loop = asyncio.get_running_loop()
+def answer_waiting() -> int:
+    """Every call this process holds answers now; returns how many were held."""
+    held = flow.Waiting.held
+    flow.stop_waiting()
+    return held
 
-    async def drain_then_stop(signum, frame) -> None:
-        end = loop.time() + DRAIN_SECONDS
-        while flow.Waiting.held and loop.time() < end:
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(FLUSH_SECONDS)
-        previous(signum, frame)
 
-    def start(signum, frame) -> None:
-        flow.stop_waiting()
-        loop.create_task(drain_then_stop(signum, frame))
+async def record_answered() -> int:
+    """The records of results already answered, written now (bounded); returns how many were
+    pending."""
+    pending = len(flow.Recorder.pending)
+    await flow.Recorder.drain(RECORD_SECONDS)
+    return pending
 
-    def handler(signum, frame) -> None:  # in the loop's thread, between any two bytecodes
-        loop.call_soon_threadsafe(start, signum, frame)
 
-    handler.gavel_mcp = True
-    signal.signal(signal.SIGTERM, handler)
-    return True
+def register() -> None:
+    on_shutdown(NAME, answer_waiting)
+    on_shutdown(RECORDED, record_answered, after_requests=True)

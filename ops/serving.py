@@ -12,11 +12,15 @@ daphne starts it:
   no answer, sockets closed without a close frame: 1006). It now first
   1. marks the process draining (`/readyz` 503 "shutting down") and stops listening (new
      connections are refused; the balancer's other servers take them);
-  2. wakes every held decisions long-poll, which answers at once with what it holds
-     (`complete: false` while calls still wait; approvals/api.py reads the flag);
-  3. closes every WebSocket with code 1012 (service restart: browsers reconnect, to another
+  2. runs the process's shutdown hooks (ops/context.py `on_shutdown`, the one registry every
+     app registers into), each answering what it holds at once: the MCP gateway's waiting
+     calls ("call again with the same arguments", gateway/shutdown.py), and this module's
+     own two: every held decisions long-poll is woken and answers with what it holds
+     (`complete: false` while calls still wait; approvals/api.py reads the flag), and every
+     WebSocket is closed with code 1012 (service restart: browsers reconnect, to another
      server);
-  4. waits for the requests still in flight, up to GAVEL_SHUTDOWN_GRACE_SECONDS (default 7),
+  3. waits for the requests still in flight (those answers among them), up to
+     GAVEL_SHUTDOWN_GRACE_SECONDS (default 7),
   and only then cancels what is left, as before. The process exits well within 10 s.
 """
 
@@ -30,7 +34,7 @@ import threading
 import time
 
 from ops import instruments
-from ops.context import Lifecycle
+from ops.context import Lifecycle, on_shutdown, run_shutdown_hooks
 
 log = logging.getLogger(__name__)
 SERVICE_RESTART = 1012  # RFC 6455 (IANA registry): the server is restarting
@@ -128,12 +132,15 @@ def _grace() -> float:
     return float(getattr(settings, "GAVEL_SHUTDOWN_GRACE_SECONDS", 7))
 
 
+on_shutdown("held long-polls answered", wake_held_polls)
+on_shutdown("sockets closed with 1012", close_sockets)
+
+
 async def drain(server) -> None:
-    """Steps 2-4 of the module's list (step 1 is synchronous, in `_graceful_kill`)."""
+    """Steps 2-3 of the module's list (step 1 is synchronous, in `kill_all_applications`)."""
     started = time.monotonic()
-    polls = wake_held_polls()
-    closed = await close_sockets()
-    log.info("shutting down: answered %d held polls, closed %d sockets with 1012", polls, closed)
+    done = await run_shutdown_hooks()
+    log.info("shutting down: %s", "; ".join(f"{name}: {count}" for name, count in done.items()))
     deadline = started + _grace()
     while time.monotonic() < deadline:
         running = [
@@ -144,6 +151,11 @@ async def drain(server) -> None:
         if not running:
             break
         await asyncio.sleep(POLL_SECONDS)
+    # What the finished requests left to write (the MCP gateway's records written after the
+    # answer), bounded by the grace left: on_shutdown(..., after_requests=True).
+    flushed = await run_shutdown_hooks(after_requests=True)
+    if flushed:
+        log.info("shutting down: %s", "; ".join(f"{n}: {c}" for n, c in flushed.items()))
     # Let the transports write what the applications just answered.
     await asyncio.sleep(POLL_SECONDS)
 

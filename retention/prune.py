@@ -84,15 +84,17 @@ def policy_of(tenant_id: int) -> dict:
 
 def _delete_batch(qs, batch: int, *, ordered: bool = True) -> int:
     """Delete up to `batch` rows of `qs` (by primary key, oldest first unless `ordered` is
-    off: then whichever the index finds first), in a transaction of its own; cascades and
-    SET NULLs as the models say."""
+    off: then whichever the index finds first); cascades and SET NULLs as the models say.
+    The rows are found outside any transaction (most looks find nothing: no BEGIN/COMMIT
+    for those), then deleted in a transaction of their own that re-applies `qs`'s filter,
+    so a row that changed in between (a mail re-queued) is left alone."""
     model = qs.model
+    picked = qs.order_by("pk") if ordered else qs.order_by()
+    pks = list(picked.values_list("pk", flat=True)[:batch])
+    if not pks:
+        return 0
     with transaction.atomic():
-        picked = qs.order_by("pk") if ordered else qs.order_by()
-        pks = list(picked.values_list("pk", flat=True)[:batch])
-        if not pks:
-            return 0
-        _, by_model = model.objects.filter(pk__in=pks).delete()
+        _, by_model = qs.filter(pk__in=pks).order_by().delete()
     return by_model.get(model._meta.label, 0)
 
 
@@ -268,38 +270,69 @@ def _prune_runs_for(tenant_id: int, days: int, now, batch: int, budget: float) -
     return total
 
 
-def prune_once(*, batch: int = BATCH, now=None, budget: float | None = None) -> dict:
+def _removed(done: dict) -> bool:
+    return any(done.values())
+
+
+def prune_once(
+    *, batch: int = BATCH, now=None, budget: float | None = None, quiet: set | None = None
+) -> dict:
     """One small step of every kind of pruning, for every tenant (old runs: steps for up to
     `budget` seconds, each a transaction of at most `batch` rows). Returns the rows removed by
     kind (only kinds with a count; `{}`: nothing was due). A tenant whose step fails (the
     database busy or gone) is logged and left for the next call: this never raises on a
-    DatabaseError, so the worker's loop goes on."""
+    DatabaseError, so the worker's loop goes on.
+
+    `quiet`, when given, is the caller's memory across the steps of one drain: each kind of
+    each tenant (`(tenant id, "runs" | "outbox" | "audit")`, and `("shared",)`) that removed
+    nothing is added to it, and is not looked at again while it is there. A backlog in one
+    tenant then costs its own step, not a dozen looks at every other tenant each time (190
+    queries a step with eleven tenants, 95 % of a step's time before)."""
     if batch < 1:
         raise ValueError("batch must be at least 1")
     now = now or timezone.now()
     budget = RUN_BUDGET if budget is None else budget
+    quiet = set() if quiet is None else quiet
     total: dict = {}
+
+    def kind(key, prune, *args) -> None:
+        if key in quiet:
+            return
+        done = prune(*args)
+        _add(total, done)
+        if not _removed(done):
+            quiet.add(key)
+
     try:
-        _add(total, _prune_shared(now, batch))
+        kind(("shared",), _prune_shared, now, batch)
     except DatabaseError:
         log.warning("pruning sessions and throttles failed; retried later", exc_info=True)
     tenants = Tenant.objects.only("pk", "slug", "audit_retention_days").order_by("pk")
     for tenant in tenants.iterator(chunk_size=200):
+        pk = tenant.pk
+        if all((pk, name) in quiet for name in ("runs", "outbox", "audit")):
+            continue
         try:
-            policy = policy_of(tenant.pk)
+            policy = policy_of(pk)
             if policy["run_days"] is not None:
-                _add(total, _prune_runs_for(tenant.pk, policy["run_days"], now, batch, budget))
-            _add(total, _prune_outbox(tenant.pk, policy, now, batch))
-            if tenant.audit_retention_days is not None:
-                _add(total, _prune_audit(tenant, tenant.audit_retention_days, now, batch))
+                kind((pk, "runs"), _prune_runs_for, pk, policy["run_days"], now, batch, budget)
+            else:
+                quiet.add((pk, "runs"))
+            kind((pk, "outbox"), _prune_outbox, pk, policy, now, batch)
+            if (days := tenant.audit_retention_days) is not None:
+                kind((pk, "audit"), _prune_audit, tenant, days, now, batch)
+            else:
+                quiet.add((pk, "audit"))
         except DatabaseError:
-            log.warning("pruning tenant %s failed; retried later", tenant.pk, exc_info=True)
+            log.warning("pruning tenant %s failed; retried later", pk, exc_info=True)
     if total:
         log.info("pruned %s", total)
     return total
 
 
-DUTY = 0.25  # the share of wall time pruning may take while a backlog lasts
+DUTY = 0.15  # the share of wall time pruning may take while a backlog lasts
+STEP_SECONDS = 0.25  # a step slower than this (locks, a starved database) halves the batch
+MIN_BATCH = 100
 
 
 def _rest(elapsed: float, duty: float) -> float:
@@ -307,40 +340,70 @@ def _rest(elapsed: float, duty: float) -> float:
     return elapsed * (1 - duty) / duty
 
 
+class Pace:
+    """The drain's pace, adapted to the database's answer: after each step it rests in
+    proportion to the step's time (`duty`: a busy database makes steps slower, and so the
+    rests longer), and sizes the next batch so a step stays under STEP_SECONDS (halved when a
+    step took longer, grown by a quarter, up to `batch`, when it took under half)."""
+
+    def __init__(self, *, batch: int, duty: float, pause: float = 0.0):
+        self.most, self.batch = batch, batch
+        self.duty, self.pause = duty, pause
+
+    def after(self, elapsed: float) -> float:
+        """The rest after a step of `elapsed` seconds (and the next batch, in `self.batch`)."""
+        if elapsed > STEP_SECONDS:
+            self.batch = max(min(MIN_BATCH, self.most), self.batch // 2)
+        elif elapsed < STEP_SECONDS / 2:
+            self.batch = min(self.most, self.batch + max(1, self.batch // 4))
+        return self.pause + _rest(elapsed, self.duty)
+
+
 def prune_all(
     *, batch: int = BATCH, now=None, pause: float = 0.0, duty: float = 1.0, limit: int | None = None
 ):
     """`prune_once` until a step removes nothing (or after `limit` steps): yields each
-    step's counts. Between steps it waits `pause` seconds, and long enough that pruning
-    takes at most `duty` (0..1] of the wall time, which leaves the database and the CPUs to
-    ingest (bench/retention.py measures the effect)."""
+    step's counts. Each step is one small transaction of old runs' rows (at most `batch`,
+    fewer while steps run slow: `Pace`) beside the other kinds still due; the kinds and
+    tenants found with nothing to do are not looked at again in this drain. Between steps it
+    waits `pause` seconds, and long enough that pruning takes at most `duty` (0..1] of the
+    wall time, which leaves the database and the CPUs to ingest (bench/retention.py measures
+    the effect)."""
     if not 0 < duty <= 1:
         raise ValueError("duty must be in (0, 1]")
+    pace = Pace(batch=batch, duty=duty, pause=pause)
+    quiet: set = set()
     steps = 0
     while limit is None or steps < limit:
         started = time.monotonic()
-        done = prune_once(batch=batch, now=now)
+        done = prune_once(batch=pace.batch, now=now, budget=0, quiet=quiet)
         steps += 1
         if not done:
             return
         yield done
-        wait = pause + _rest(time.monotonic() - started, duty)
+        wait = pace.after(time.monotonic() - started)
         if wait:
             time.sleep(wait)
 
 
 IDLE_EVERY = 60.0  # seconds between the sweep's looks when the last step found nothing
 _next_look = {"at": 0.0}
+_quiet: set = set()  # prune_once's memory while the sweep drains a backlog
 
 
 def prune_due(*, now=None) -> int:
     """The sweep's (and the worker's) step, registered as an outbox sender
-    (retention.apps): while a backlog lasts, a `prune_once` per pass, paced to take at most
-    DUTY of the time; else a look once a minute. Returns the rows removed."""
+    (retention.apps): while a backlog lasts, a `prune_once` per pass (the kinds and tenants
+    found with nothing to do are skipped until the backlog is gone), paced to take at most
+    DUTY of the time; else a full look once a minute. Returns the rows removed."""
     clock = time.monotonic()
     if clock < _next_look["at"]:
         return 0
-    removed = sum(prune_once(now=now).values())
+    removed = sum(prune_once(now=now, quiet=_quiet).values())
     elapsed = time.monotonic() - clock
-    _next_look["at"] = clock + elapsed + _rest(elapsed, DUTY) if removed else clock + IDLE_EVERY
+    if removed:
+        _next_look["at"] = clock + elapsed + _rest(elapsed, DUTY)
+    else:
+        _quiet.clear()  # the next look, a minute away, looks at everything again
+        _next_look["at"] = clock + IDLE_EVERY
     return removed

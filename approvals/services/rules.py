@@ -201,6 +201,30 @@ def _facts(run, ruleset: RuleSet) -> dict:
     }
 
 
+def rule_approving(*, run, tool_name: str, arguments) -> RuleSpec | None:
+    """The lasting rule that would approve this call of `run` now, or None (a deny rule, no
+    rule, or one whose authors may not): the MCP gateway asks before it sends a call upstream
+    that no person needs to see first (gateway/flow.py). Nothing is written. One small query
+    (the rules version), and the authors' roles only when a rule matches."""
+    version = rules_version(tenant_id=run.tenant_id)
+    if not version:
+        return None
+    tenant = run.tenant
+    ruleset = ruleset_for(tenant=tenant, version=version)
+    if not len(ruleset):
+        return None
+    call = Call(tool_name=tool_name, arguments=arguments, **_facts(run, ruleset))
+    outcome = ruleset.decide(
+        call,
+        now=timezone.now(),
+        allow_self_approval=tenant.allow_self_approval,
+        authority=approvals_access.RuleAuthority(ruleset),
+    )
+    if outcome.decision != "approve" or outcome.rule is None:
+        return None
+    return outcome.rule.spec
+
+
 def rule_hits_add(*, counts: Counter, now=None) -> None:
     """hits = hits + n for each rule, in one UPDATE (exact under any concurrency; the rows are
     locked in id order, so two batches never wait on each other in a circle). Call it at the

@@ -4,11 +4,13 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections
 
 
-def released(fn):
+def released(fn, *, thread_sensitive: bool = True):
     """`sync_to_async(fn)`, after which the thread's connections go back (to the pool, or
     closed, as CONN_MAX_AGE says) instead of staying with the request until it ends: an async
     handler that holds its request (the decisions long-poll) holds no connection while it
-    waits. A connection inside a transaction (a test's) is left alone."""
+    waits. A connection inside a transaction (a test's) is left alone. `thread_sensitive=False`:
+    in any thread of the executor, not the process's one sync thread (work of concurrent
+    requests then runs side by side; each call takes its own connection and gives it back)."""
 
     def call(*args, **kwargs):
         try:
@@ -17,7 +19,7 @@ def released(fn):
             if not any(c.in_atomic_block for c in connections.all(initialized_only=True)):
                 close_old_connections()
 
-    return sync_to_async(call)
+    return sync_to_async(call, thread_sensitive=thread_sensitive)
 
 
 def unreachable(exc: BaseException) -> bool:

@@ -6,6 +6,7 @@ other."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import uuid
 
@@ -182,9 +183,15 @@ async def test_a_rule_decides_without_a_human(console):
         async with mcp_client(mcp_url(console, "files"), console.keys["mcp"]) as session:
             result = await asyncio.wait_for(session.call_tool("echo", {"text": "hi"}), 30)
         assert result.is_error is False and text_of(result) == "hi"
+        # recorded right after the answer (gateway/flow.py's Recorder: within ~1 s)
+        mine = []
         with console.api("decide") as api:
-            approvals = api.get("/api/v1/approvals", params={"status": "approved"}).json()
-        mine = [a for a in approvals["items"] if a["toolName"] == "files.echo"]
+            for _ in range(50):
+                approvals = api.get("/api/v1/approvals", params={"status": "approved"}).json()
+                mine = [a for a in approvals["items"] if a["toolName"] == "files.echo"]
+                if mine:
+                    break
+                await asyncio.sleep(0.1)
         assert mine and mine[0]["decidedByRule"] == rule.json()["id"]
     finally:
         with console.api("rules") as api:
@@ -271,6 +278,37 @@ async def test_progress_notifications_while_a_call_waits(console):
     assert result.is_error is False
     assert len(seen) >= 2 and seen[0][0] < seen[1][0]
     assert approval["id"] in seen[0][1]
+
+
+async def test_a_client_cancelling_a_waiting_call_withdraws_it_and_it_never_runs(console):
+    """The official client abandons a waiting `tools/call` (its task cancelled): it sends
+    `notifications/cancelled`, the held call is withdrawn (its approval `cancelled`, the step's
+    result says so, audited) and nothing reaches the upstream."""
+    tag = uuid.uuid4().hex[:8]
+    asked = {"path": f"/srv/{tag}", "content": "never"}
+    async with mcp_client(mcp_url(console, "files"), console.keys["mcp"]) as session:
+        call = asyncio.create_task(session.call_tool("write_file", asked))
+        approval = await pending_for(console, "files.write_file", asked)
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        status = None
+        with console.api("decide") as api:
+            for _ in range(100):
+                items = api.get("/api/v1/approvals", params={"status": "cancelled"}).json()
+                if approval["id"] in [a["id"] for a in items["items"]]:
+                    status = "cancelled"
+                    break
+                await asyncio.sleep(0.1)
+        assert status == "cancelled"
+        # the session goes on: another call on it still works (and is held as usual)
+        other = {"path": f"/srv/{tag}-2", "content": "x"}
+        again = asyncio.create_task(session.call_tool("write_file", other))
+        second = await pending_for(console, "files.write_file", other)
+        await decide(console, second["id"], "deny")
+        assert (await asyncio.wait_for(again, 30)).is_error is True
+    assert [w for w in console.writes() if tag in w] == []
+    assert audit_actions(console, approval["toolCallId"]) == ["mcp.call.cancelled"]
 
 
 def _post(url: str, key: str | None, session_id: str | None = None) -> httpx.Response:
@@ -416,6 +454,43 @@ async def test_sigterm_answers_a_waiting_call_with_call_again_at_once(console, t
         result.is_error is False
         and text_of(result) == "wrote 4 bytes to /srv/" + asked["path"].rsplit("/", 1)[1]
     )
+
+
+async def test_sigterm_writes_the_passed_calls_answered_but_not_yet_recorded(console, tmp_path):
+    """Rule-passed calls are answered first and recorded right after (gateway/flow.py's
+    Recorder): a server stopped by SIGTERM at once writes every one before it exits."""
+    import signal
+
+    from tests.support.gateway_live import DAPHNE, free_port, process
+
+    with console.api("rules") as api:
+        rule = api.post(
+            "/api/v1/rules",
+            json={"name": "echo passes", "effect": "approve", "toolPattern": "files.echo"},
+        )
+        assert rule.status_code == 201, rule.text
+    tag = uuid.uuid4().hex[:8]
+    port = free_port()
+    args = [DAPHNE, "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
+    try:
+        with process(args, console.env, tmp_path / "recording.log", port, "daphne") as proc:
+            base = f"http://127.0.0.1:{port}"
+            async with mcp_client(mcp_url(console, "files", base), console.keys["mcp"]) as s:
+                for i in range(5):
+                    answer = await s.call_tool("echo", {"text": f"{tag}-{i}"})
+                    assert answer.is_error is False
+                proc.send_signal(signal.SIGTERM)  # at once: records may still be pending
+            proc.wait(15)
+        with console.api("decide") as api:
+            items = api.get("/api/v1/approvals", params={"status": "approved", "limit": 200})
+        mine = [a for a in items.json()["items"] if tag in str(a["arguments"])]
+        assert sorted(a["arguments"]["text"] for a in mine) == [f"{tag}-{i}" for i in range(5)]
+        assert {a["decidedByRule"] for a in mine} == {rule.json()["id"]}
+        for approval in mine:
+            assert audit_actions(console, approval["toolCallId"]) == ["mcp.call.forwarded"]
+    finally:
+        with console.api("rules") as api:
+            api.delete(f"/api/v1/rules/{rule.json()['id']}")
 
 
 async def test_deleting_the_session_finishes_its_run(console):

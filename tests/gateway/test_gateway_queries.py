@@ -1,24 +1,31 @@
-"""The database round trips of one ungated (rule-approved) gateway call: recorded
-(records.call_begin) and finished (records.call_finish), counted with Django's
-CaptureQueriesContext. `-s` prints them. The bounds fail when a change adds trips."""
+"""The database round trips of one ungated gateway call, counted with Django's
+CaptureQueriesContext (`-s` prints them): the fast path's one write before the call goes
+upstream (records.call_pass) and its record after it is answered (records.call_record_passed),
+and the recorded-first path a held call takes (records.call_begin, records.call_finish). The
+bounds fail when a change adds trips; the record's contents are checked too (nothing lost)."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
 from approvals.services.rules import rule_create
 from console.models import ApiKey, AuditEvent
 from gateway import records
-from gateway.models import CallState, McpServer
-from runs.models import RunEvent
+from gateway.models import CallState, McpCall, McpServer
+from runs.models import RunEvent, ToolResult
 from tests.support.factories import PrincipalFactory, TenantFactory, make_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
-RECORD_BOUND = 32  # SQLite, BEGIN/SAVEPOINT/COMMIT counted; 33 before the run was passed on
-FINISH_BOUND = 21  # 22 before
+PASS_BOUND = 3  # before upstream: the rules version, the rule's authors' roles, the INSERT
+RECORD_BOUND = 33  # recorded-first path (SQLite, BEGIN/SAVEPOINT/COMMIT counted)
+FINISH_BOUND = 21
+STEP = ["step.started", "message", "approval.requested", "tool.result", "step.finished"]
 
 
 @pytest.fixture
@@ -31,17 +38,17 @@ def ungated():
     server = McpServer.objects.create(
         tenant=tenant, name="bench", transport="http", url="http://127.0.0.1:9/mcp"
     )
-    rule_create(
+    rule = rule_create(
         tenant=tenant,
-        fields={"name": "echo", "effect": "approve", "toolPattern": "bench.echo"},
+        fields={"name": "echo", "effect": "approve", "tool_pattern": "bench.echo"},
         principal=lea,
     )
     session = records.session_open(server=server, key=key, agent_id="claude", conversation_id=None)
     session = records.session_find(server=server, key=key, public_id=session.public_id)
     # a first call: what a process caches after its first call (rules, settings) is warm
-    first = records.call_begin(session=session, tool="echo", arguments={"n": 0}, gated=True)
-    records.call_finish(call=first.call, result={"content": []}, key=key, forwarded=True)
-    return session, key
+    first = records.call_pass(session=session, tool="echo", arguments={"n": 0}, read_only=False)
+    records.call_record_passed(call=first, result={"content": []}, key=key)
+    return session, key, rule
 
 
 def _show(label, captured):
@@ -50,34 +57,104 @@ def _show(label, captured):
         print(f"  {number:2}. {query['sql'][:220]}")
 
 
-def test_an_ungated_call_records_and_finishes_in_few_round_trips(ungated):
-    session, key = ungated
-    with CaptureQueriesContext(connection) as record:
-        begun = records.call_begin(session=session, tool="echo", arguments={"n": 1}, gated=True)
-    with CaptureQueriesContext(connection) as finish:
-        records.call_finish(
-            call=begun.call, result={"content": [{"type": "text", "text": "1"}]}, key=key,
-            forwarded=True,
-        )  # fmt: skip
-    _show("record", record)
-    _show("finish", finish)
-    # nothing lost: the approval decided by the rule, the step's events, the call, the audit
-    call = begun.call
-    assert begun.claimed and call.state == CallState.FORWARDING
+def _types(session) -> list[str]:
+    rows = RunEvent.objects.filter(run_id=session.run_id).order_by("seq")
+    return list(rows.values_list("type", flat=True))
+
+
+def test_a_rule_passed_call_costs_three_queries_before_upstream_and_its_record_is_whole(ungated):
+    session, key, rule = ungated
+    with CaptureQueriesContext(connection) as before:
+        call = records.call_pass(session=session, tool="echo", arguments={"n": 1}, read_only=False)
+    with CaptureQueriesContext(connection) as after:
+        records.call_record_passed(
+            call=call, result={"content": [{"type": "text", "text": "1"}]}, key=key
+        )
+    _show("before upstream", before)
+    _show("recorded after the answer", after)
+    assert len(before.captured_queries) <= PASS_BOUND
+    # nothing lost: the step with the call and its result, the approval decided by the rule,
+    # the call done, the audit entry naming the rule
+    assert _types(session)[-5:] == STEP
+    call.refresh_from_db()
+    assert call.state == CallState.DONE and call.recorded and call.step
     approval = Approval.objects.get(pk=call.approval_id)
-    assert approval.status == ApprovalStatus.APPROVED and approval.decided_by_rule_id
-    types = list(
-        RunEvent.objects.filter(run_id=session.run_id)
-        .order_by("seq")
-        .values_list("type", flat=True)
+    assert approval.status == ApprovalStatus.APPROVED and approval.decided_by_rule_id == rule.pk
+    stored = ToolResult.objects.get(tool_call_id=call.tool_call_id)
+    assert stored.result["content"][0]["text"] == "1"
+    entry = AuditEvent.objects.get(action="mcp.call.forwarded", object_id=call.tool_call_id)
+    assert entry.data["passedBy"] == rule.public_id and entry.data["decision"] == "approved"
+    # recorded once: a second record (the sweep racing the write-behind) writes nothing
+    assert records.call_record_passed(call=call, result={"content": []}, key=key) is False
+
+
+def test_a_call_no_rule_approves_takes_the_recorded_first_path(ungated):
+    session, key, _ = ungated
+    assert (
+        records.call_pass(session=session, tool="write", arguments={"n": 1}, read_only=False)
+        is None
     )
-    assert types[-5:] == [
-        "step.started",
-        "message",
-        "approval.requested",
-        "tool.result",
-        "step.finished",
-    ]
-    assert AuditEvent.objects.filter(action="mcp.call.forwarded", object_id=call.tool_call_id)
+    with CaptureQueriesContext(connection) as record:
+        begun = records.call_begin(session=session, tool="write", arguments={"n": 1}, gated=True)
+    _show("recorded first", record)
     assert len(record.captured_queries) <= RECORD_BOUND
+    assert begun.call.state == CallState.HELD and begun.call.approval.status == "pending"
+    assert _types(session)[-3:] == STEP[:3]
+
+
+def test_a_read_only_pass_records_a_step_without_an_approval(ungated):
+    session, key, _ = ungated
+    call = records.call_pass(session=session, tool="read", arguments={"p": "/"}, read_only=True)
+    assert call.passed_by == records.READ_ONLY
+    records.call_record_passed(call=call, result={"content": []}, key=key)
+    call.refresh_from_db()
+    assert call.approval_id is None and call.state == CallState.DONE
+    assert _types(session)[-4:] == ["step.started", "message", "tool.result", "step.finished"]
+
+
+def test_the_recorded_first_path_finishes_in_few_round_trips(ungated):
+    session, key, _ = ungated
+    begun = records.call_begin(session=session, tool="write", arguments={"n": 2}, gated=True)
+    Approval.objects.filter(pk=begun.call.approval_id).update(status=ApprovalStatus.APPROVED)
+    assert records.call_claim(call=begun.call)
+    with CaptureQueriesContext(connection) as finish:
+        records.call_finish(call=begun.call, result={"content": []}, key=key, forwarded=True)
+    _show("finish", finish)
     assert len(finish.captured_queries) <= FINISH_BOUND
+    assert McpCall.objects.get(pk=begun.call.pk).recorded
+
+
+def test_the_sweep_records_a_passed_call_a_stopped_process_left(ungated):
+    session, key, rule = ungated
+    call = records.call_pass(session=session, tool="echo", arguments={"n": 3}, read_only=False)
+    # the process stopped after sending it upstream: nothing but the McpCall was written
+    McpCall.objects.filter(pk=call.pk).update(created_at=timezone.now() - timedelta(hours=1))
+    assert records.gateway_sweep() >= 1
+    call.refresh_from_db()
+    assert call.recorded and call.state == CallState.DONE
+    assert call.result["content"][0]["text"] == records.NOT_RECORDED
+    assert _types(session)[-5:] == STEP
+    entry = AuditEvent.objects.get(action="mcp.call.forwarded", object_id=call.tool_call_id)
+    assert entry.data["resultRecorded"] is False and entry.data["passedBy"] == rule.public_id
+
+
+def test_passed_calls_of_one_run_are_recorded_in_one_batch(ungated):
+    session, key, rule = ungated
+    calls = [
+        records.call_pass(session=session, tool="echo", arguments={"n": 10}, read_only=False),
+        records.call_pass(session=session, tool="read", arguments={"n": 11}, read_only=True),
+        records.call_pass(session=session, tool="echo", arguments={"n": 12}, read_only=False),
+    ]
+    items = [(c, {"content": [{"type": "text", "text": str(i)}]}, key) for i, c in enumerate(calls)]
+    with CaptureQueriesContext(connection) as batch:
+        assert records.calls_record_passed(items=items) == 3
+    _show("three passed calls recorded in one batch", batch)
+    steps = [McpCall.objects.get(pk=c.pk).step for c in calls]
+    assert steps == [steps[0], steps[0] + 1, steps[0] + 2]
+    assert _types(session)[-14:] == STEP + STEP[:2] + STEP[3:] + STEP
+    seqs = list(RunEvent.objects.filter(run_id=session.run_id).values_list("seq", flat=True))
+    assert sorted(seqs) == list(range(1, len(seqs) + 1))  # contiguous
+    approved = Approval.objects.filter(tool_call_id__in=[c.tool_call_id for c in calls])
+    assert [a.status for a in approved] == [ApprovalStatus.APPROVED] * 2
+    assert AuditEvent.objects.filter(action="mcp.call.forwarded").count() == 4  # + the first
+    assert records.calls_record_passed(items=items) == 0  # once

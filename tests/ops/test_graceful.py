@@ -121,5 +121,6 @@ def test_sigterm_answers_held_polls_closes_sockets_1012_and_exits_within_10s(con
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{console.url}/healthz", timeout=2)
     log = console.log.read_text()
-    assert "closed 1 sockets with 1012" in log
+    assert "sockets closed with 1012: 1" in log
+    assert "held long-polls answered: 1" in log
     assert "Killed 0 pending application instances" in log or "Killed" not in log

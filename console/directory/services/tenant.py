@@ -52,9 +52,9 @@ def tenant_settings(tenant: Tenant) -> dict:
 
 @transaction.atomic
 def tenant_update(*, viewer, fields: dict) -> Tenant:
-    """Change the given settings (snake_case, validated by console.schemas_keys.TenantPatch)
-    of the viewer's tenant, locked meanwhile. Nothing changed: nothing written or audited.
-    Audited `tenant.updated` with before → after."""
+    """Change the given settings (snake_case, validated by
+    console.directory.schemas.keys.TenantPatch) of the viewer's tenant, locked meanwhile.
+    Nothing changed: nothing written or audited. Audited `tenant.updated` with before → after."""
     access.require_capability(viewer, "admin")
     tenant = Tenant.objects.select_for_update().get(pk=viewer.tenant_id)
     before = tenant_settings(tenant)

@@ -18,7 +18,7 @@ class Command(BaseCommand):
             "--duty",
             type=float,
             default=DUTY,
-            help="the share of wall time pruning may take, 0..1 (default 0.25: it rests three "
+            help="the share of wall time pruning may take, 0..1 (default 0.15: it rests 5.7 "
             "times as long as each step took)",
         )
         parser.add_argument("--max-steps", type=int, default=None, help="stop after N steps")

@@ -1,0 +1,72 @@
+"""What the gateway's edge remembers per server process, so that a request costs no database
+trip to learn who it is for: a key (with its principal and tenant) and the server it names,
+by the key's SHA-256 and the server's name; a session by its id. Each for
+GAVEL_MCP_CACHE_SECONDS (default 5); every row change the process itself makes to a key, a
+principal, a server or a session (a revoke, a deactivation, a disabled server, a session
+ended) empties it at once (gateway/apps.py's receivers), other processes see it when their
+copy runs out. Refusals are never remembered: a wrong key asks the database every time.
+
+The key's rate limit is taken on every request, remembered or not."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+
+from django.conf import settings
+
+_lock = threading.Lock()
+_keys: dict[tuple[str, str], tuple[float, object, object]] = {}
+_sessions: dict[tuple[int, int, str], tuple[float, object]] = {}
+MAX_ENTRIES = 10_000  # a process's memory bound: full, it starts again empty
+
+
+def _digest(header: str) -> str:
+    return hashlib.sha256(header.encode()).hexdigest()
+
+
+def _fresh(at: float) -> bool:
+    return time.monotonic() - at < settings.GAVEL_MCP_CACHE_SECONDS
+
+
+def key_and_server(header: str, name: str):
+    """(key, server) remembered for this Authorization header and server name, or None."""
+    entry = _keys.get((_digest(header), name))
+    if entry is None or not _fresh(entry[0]):
+        return None
+    return entry[1], entry[2]
+
+
+def keep_key_and_server(header: str, name: str, key, server) -> None:
+    if settings.GAVEL_MCP_CACHE_SECONDS <= 0:
+        return
+    with _lock:
+        if len(_keys) >= MAX_ENTRIES:
+            _keys.clear()
+        _keys[(_digest(header), name)] = (time.monotonic(), key, server)
+
+
+def session(*, server_id: int, principal_id: int, public_id: str):
+    entry = _sessions.get((server_id, principal_id, public_id))
+    if entry is None or not _fresh(entry[0]):
+        return None
+    return entry[1]
+
+
+def keep_session(session) -> None:
+    if settings.GAVEL_MCP_CACHE_SECONDS <= 0:
+        return
+    with _lock:
+        if len(_sessions) >= MAX_ENTRIES:
+            _sessions.clear()
+        key = (session.server_id, session.principal_id, session.public_id)
+        _sessions[key] = (time.monotonic(), session)
+
+
+def forget(**_) -> None:
+    """A key, principal, server or session row changed in this process: forget everything
+    (such writes are rare; the next request of each key reads its rows again)."""
+    with _lock:
+        _keys.clear()
+        _sessions.clear()
