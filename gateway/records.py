@@ -30,6 +30,9 @@ from runs import schemas as s
 from runs.services.ingest import run_admit, run_events_apply
 
 log = logging.getLogger(__name__)
+# LOCKS: every transaction here takes the run's row before the session's, an approval's or a
+# call's other than by its own pk (as approvals' decision takes the run before the approval),
+# so two of them, or one and a decision, never wait on each other in a circle.
 MODEL = "mcp"  # the step's model: a gateway call has no model of its own
 READ_ONLY = "read_only"  # McpCall.passed_by of a call passed by its tool's readOnlyHint
 NOT_RECORDED = (
@@ -128,6 +131,7 @@ def session_close(*, session: McpSession, reason: str = "deleted") -> None:
     runtime's end of run), unless one of its calls still waits for a decision (finishing
     would cancel it, and a client that restarts calls again from a new session to attach to
     it; the sweep finishes the run once none waits)."""
+    _locked_run(session)  # the run before the session (LOCKS)
     closed = McpSession.objects.filter(pk=session.pk, closed_at=None).update(
         closed_at=timezone.now(), close_reason=reason
     )
@@ -140,6 +144,7 @@ def _run_finish(*, session: McpSession, reason: str) -> bool:
     """Finish the closed session's run unless a call of it still waits for a decision or is
     still to be recorded; the session stays marked `finishing` for the sweep until then.
     True when the run is finished (now, or already)."""
+    run = _locked_run(session)  # the run before the session (LOCKS)
     waiting = McpCall.objects.filter(
         session=session, state=CallState.HELD, approval__status=ApprovalStatus.PENDING
     )
@@ -149,9 +154,6 @@ def _run_finish(*, session: McpSession, reason: str) -> bool:
     McpSession.objects.filter(pk=session.pk).update(finishing=later)
     if later:
         return False
-    run = access.run_in_tenant(
-        tenant_id=session.tenant_id, run_id=session.run.external_id, for_update=True
-    )
     if run.is_finished:
         return True
     finished = {
@@ -271,7 +273,7 @@ def call_begin(
     digest = canonical(arguments)
     if gated:
         held = (
-            McpCall.objects.select_for_update()
+            McpCall.objects.select_for_update(of=("self",))  # the call's row only: see LOCKS
             .filter(
                 server=server,
                 principal_id=session.principal_id,
@@ -515,13 +517,13 @@ def call_finish(*, call: McpCall, result: dict | None, key, forwarded: bool) -> 
     lost = result is None
     if lost:
         result = _error_result(NOT_RECORDED)
+    session = call.session
+    run = _locked_run(session)  # the run before the call's row (LOCKS)
     won = McpCall.objects.filter(pk=call.pk, state=from_state).update(
         state=state, result=result, finished_at=timezone.now(), recorded=True
     )
     if not won:
         return False
-    session = call.session
-    run = _locked_run(session)
     if not run.is_finished:
         _apply(
             session=session,
@@ -572,6 +574,7 @@ def call_cancel(*, session: McpSession, request_id: str, key) -> McpCall | None:
     the session still waiting for its decision is withdrawn (its approval cancelled, the
     step's result says so, audited `mcp.call.cancelled`); it never goes upstream. A call
     already on its way upstream, decided, or unknown is left as it is (None)."""
+    run = _locked_run(session)  # the run before the approval, as a decision does (LOCKS)
     call = (
         McpCall.objects.select_for_update(of=("self",))
         .filter(session=session, request_id=request_id, state=CallState.HELD)
@@ -589,7 +592,6 @@ def call_cancel(*, session: McpSession, request_id: str, key) -> McpCall | None:
     McpCall.objects.filter(pk=call.pk).update(
         state=CallState.REFUSED, result=body, finished_at=timezone.now(), recorded=True
     )
-    run = _locked_run(call.session)
     if not run.is_finished:
         _apply(
             session=call.session,
