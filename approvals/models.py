@@ -243,3 +243,32 @@ class WebhookDelivery(models.Model):
     class Meta:
         indexes = [models.Index(fields=["status", "next_attempt_at"], name="webhook_due")]
         ordering = ["created_at", "id"]
+
+
+def new_saved_view_id() -> str:
+    return "dsv_" + secrets.token_hex(12)
+
+
+class SavedView(models.Model):
+    """A reviewer's own named filter set of the desk (/approvals/): the built-in view and the
+    tool, agent, principal and run filters, as `selectors_desk.desk_filters` reads them. One
+    principal's, in one tenant (approvals/access.py scopes every read and write)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="desk_views")
+    principal = models.ForeignKey(Principal, on_delete=models.CASCADE, related_name="desk_views")
+    public_id = models.CharField(max_length=32, unique=True, default=new_saved_view_id)
+    name = models.CharField(max_length=80)
+    filters = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "principal", "name"], name="desk_view_unique_name"
+            )
+        ]
+        ordering = ["name", "id"]
+
+    def __str__(self):
+        return self.name

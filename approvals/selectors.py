@@ -1,9 +1,10 @@
-"""Reads for reviewers: the inbox, and the context of one approval card.
+"""Reads for reviewers: the context of one approval card, and the API's list.
 
-`approval_card_context` is the ONE function behind `approvals/card.html`: the inbox, the run
-page, the htmx re-render after a decision and the WebSocket push all render the card from it,
-so every path produces the same HTML. Reading never reports a call past its expiry as pending:
-both selectors expire lazily first.
+`approval_card_context` is the ONE function behind `approvals/card.html`: the desk's pane, the
+card page, the run page (`cards_context`), the htmx re-render after a decision and the WebSocket
+push all render the card from it, so every path produces the same HTML. The desk's list is
+`selectors_desk`'s. Reading never reports a call past its expiry as pending: the API's list
+expires lazily first.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ from approvals.rules import HUMAN_ONLY_TOOLS
 from approvals.schemas import approval_resource, parse_cursor
 from approvals.services.expiry import approvals_expire_due
 from budgets.spend import run_costs
-from console.core.errors import Forbidden
 from console.directory import access
-from runs.models import Agent, runs_verdicts
+from runs.models import runs_verdicts
 
 SECRET_KEY_RE = re.compile(
     r"(pass(word|wd|phrase)?|secret|token|api[-_]?key|auth|credential|private[-_]?key|cookie"
@@ -34,25 +34,37 @@ SECRET_VALUE_RE = re.compile(
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
 )
 LONG_VALUE = 160  # characters shown before a value is collapsed
-FILTERS = ("tool", "agent", "principal", "run")
-# Filters whose values grow with the pending calls (one per run, one per principal): typed,
-# with the page's values as suggestions, rather than a select of every value.
-TYPED_FILTERS = ("principal", "run")
-CHOICES = 100  # values a select offers at most
-INBOX_PAGE = 25  # the oldest pending calls the inbox shows at once (and the rest of their steps)
 # What a card reads, joined: the run (its tenant is the approval's, set by `card_rows`), the
 # run's principal and agent, an override's budget (who may decide it: access.py). Who decided
 # is prefetched: joining those two as well made PostgreSQL plan the inbox's query for 20 ms
 # (10 relations) to execute it in 0.7 ms; with these 6 it plans in about 2 ms.
 CARD_RELATED = ("run", "run__principal", "run__agent", "budget_override__budget", "tenant")
 CARD_PREFETCH = ("decided_by", "decided_by_rule")  # no query when none was decided
+# What no card or row shows of its run, and may be large (the latest snapshot, the admission
+# body, the run's input and result): never read nor parsed for a card.
+CARD_DEFERRED = (
+    "run__snapshot",
+    "run__admission",
+    "run__input",
+    "run__result",
+    "run__error",
+    "run__usage_denied",
+    "run__usage_by_model",
+)
 
 
-def card_rows(qs) -> list[Approval]:
+def card_rows(qs, *, tenant=None) -> list[Approval]:
     """The approvals of `qs` with what a card reads (CARD_RELATED, CARD_PREFETCH), each run's
-    tenant being its approval's."""
-    rows = list(qs.select_related(*CARD_RELATED).prefetch_related(*CARD_PREFETCH))
+    tenant being its approval's. `tenant`: the one tenant `qs` is filtered to, when the caller
+    holds it (the viewer's): it is not joined into every row (a quarter of the desk's page
+    read was building the same tenant 51 times)."""
+    related = [r for r in CARD_RELATED if r != "tenant"] if tenant is not None else CARD_RELATED
+    rows = list(qs.select_related(*related).prefetch_related(*CARD_PREFETCH).defer(*CARD_DEFERRED))
     for approval in rows:
+        if tenant is not None:
+            if approval.tenant_id != tenant.pk:  # a caller's bug, never another tenant's data
+                raise ValueError("card_rows: a call of another tenant")
+            approval.tenant = tenant
         approval.run.tenant = approval.tenant
     return rows
 
@@ -180,184 +192,39 @@ def approval_card_context(*, approval, viewer, notice: str | None = None) -> dic
     return {"card": _card(approval, viewer, refusal=_refusal(viewer, approval), notice=notice)}
 
 
+def card_context_read(*, approval, viewer, costs: dict, verdicts: dict) -> dict:
+    """`approval_card_context` of a call just read by `card_rows` (the desk's first row),
+    with its run's costs and verdicts as the page read them: no query of its own but the
+    refusal's."""
+    refusal = _refusal(viewer, approval)
+    return {
+        "card": _card(
+            approval, viewer, refusal=refusal, notice=None, costs=costs, verdicts=verdicts
+        )
+    }
+
+
 def pending_calls(approvals):
     """The pending calls among these, as reviewers count them: a parent's mirror of a parked
     child's call is the same call and is listed once (as the child's)."""
     return approvals.filter(status=ApprovalStatus.PENDING, mirror_of__isnull=True)
 
 
-def inbox_shown(*, viewer, approvals: list[Approval]) -> list[Approval]:
-    """Which of these pending calls the viewer's inbox lists: the ones it may decide (a viewer
-    without the decide capability sees every pending call, read-only)."""
-    if not access.can(viewer, "decide"):
-        return approvals
-    return approvals_access.decidable(viewer, approvals)
-
-
-def inbox_filtered(qs, filters: dict):
-    lookups = {
-        "tool": "tool_name",
-        "agent": "run__agent__external_id",
-        "principal": "run__principal__external_id",
-        "run": "run__external_id",
-    }
-    for name, lookup in lookups.items():
-        value = (filters or {}).get(name)
-        if value:
-            qs = qs.filter(**{lookup: value})
-    return qs
-
-
-def inbox_pending(
-    *, viewer, filters: dict | None = None, limit: int | None = None
-) -> list[Approval]:
-    """Pending calls for this viewer, oldest first: the ones it may decide (a viewer without
-    the decide capability sees every pending call, read-only). A parent's mirror of a parked
-    child's call is the same call and is listed once (as the child's). `limit`: the oldest
-    that many only, read in growing batches (a decider's calls are chosen in Python), so a
-    page never reads every pending call of a tenant."""
-    approvals = approvals_access.approvals_visible_to(viewer=viewer)
-    approvals_expire_due(tenant_id=viewer.tenant_id)
-    qs = pending_calls(inbox_filtered(approvals, filters))
-    qs = qs.order_by("requested_at", "position", "id")
-    if limit is None:
-        return inbox_shown(viewer=viewer, approvals=card_rows(qs))
-    shown: list[Approval] = []
-    start, batch = 0, max(limit, 1)
-    while len(shown) < limit:
-        rows = card_rows(qs[start : start + batch])
-        shown += inbox_shown(viewer=viewer, approvals=rows)
-        if len(rows) < batch:
-            break
-        start, batch = start + batch, batch * 4
-    return shown[:limit]
-
-
-def _grouped(*, viewer, rows: list[Approval]) -> list[dict]:
-    """Cards grouped by run and step, each group in the order of its oldest call."""
-    groups: dict[tuple, list] = {}
-    for approval in rows:
-        groups.setdefault((approval.run_id, approval.step), []).append(approval)
-    costs = _costs(rows)
-    verdicts = runs_verdicts({a.run_id for a in rows})
+def cards_context(*, approvals, viewer) -> list[dict]:
+    """The cards of these calls (`approvals/card.html` each), in request order, with the costs
+    and verdicts of their runs read once for all of them (the run page's held calls)."""
+    costs = _costs(approvals)
+    verdicts = runs_verdicts({a.run_id for a in approvals})
     return [
-        group_context(approvals=items, viewer=viewer, costs=costs, verdicts=verdicts)["group"]
-        for items in groups.values()
-    ]
-
-
-def inbox_for(*, viewer, filters: dict | None = None) -> list[dict]:
-    """The inbox: groups of cards by run and step, each group in the order of its oldest call."""
-    try:
-        rows = inbox_pending(viewer=viewer, filters=filters)
-    except Forbidden:
-        return []
-    return _grouped(viewer=viewer, rows=rows)
-
-
-def inbox_page(*, viewer, filters: dict | None = None, size: int | None = None) -> dict:
-    """The inbox page: the `size` oldest pending calls this viewer's inbox lists and the other
-    pending calls of their runs' steps (a step is never split: its bulk form decides it
-    whole), grouped as `inbox_for` groups them; `more`: whether more calls wait beyond them.
-    Reads `size` (INBOX_PAGE) + 1 calls, not every pending call of the tenant."""
-    size = size or INBOX_PAGE
-    try:
-        rows = inbox_pending(viewer=viewer, filters=filters, limit=size + 1)
-    except Forbidden:
-        return {"groups": [], "more": False, "size": size, "calls": []}
-    more = len(rows) > size
-    rows = rows[:size]
-    if more:  # the rest of the shown steps' calls
-        steps = {(a.run_id, a.step) for a in rows}
-        qs = pending_calls(
-            inbox_filtered(approvals_access.approvals_visible_to(viewer=viewer), filters)
-        )
-        qs = qs.filter(run_id__in={run for run, _step in steps}).exclude(
-            pk__in=[a.pk for a in rows]
-        )
-        rest = [
-            a
-            for a in card_rows(qs.order_by("requested_at", "position", "id"))
-            if (a.run_id, a.step) in steps
-        ]
-        rows += inbox_shown(viewer=viewer, approvals=rest)
-    return {"groups": _grouped(viewer=viewer, rows=rows), "more": more, "size": size, "calls": rows}
-
-
-def group_context(
-    *, approvals, viewer, costs: dict | None = None, verdicts: dict | None = None
-) -> dict:
-    """The context of `approvals/group.html`: one run's step, its cards and the bulk form.
-    `costs`: budgets.spend.run_costs by run pk, and `verdicts`: runs.models.runs_verdicts by
-    run pk, when the caller renders many groups."""
-    first = approvals[0]
-    costs = costs if costs is not None else _costs(approvals)
-    if verdicts is None:
-        verdicts = runs_verdicts({a.run_id for a in approvals})
-    cards = [
         _card(a, viewer, refusal=_refusal(viewer, a), notice=None, costs=costs, verdicts=verdicts)
         for a in sorted(approvals, key=lambda a: (a.position, a.pk))
     ]
-    return {
-        "group": {
-            "dom_id": f"approval-group-{first.run_id}-{first.step or 0}",
-            "run": first.run,
-            "step": first.step,
-            "cards": cards,
-            "can_bulk": sum(c["can_decide"] for c in cards) > 1,
-        }
-    }
 
 
-def inbox_filter_choices(
-    *, viewer, filters: dict | None = None, calls: list[Approval] | None = None
-) -> list[dict]:
-    """The filters (a selected value stays listed even when nothing matches it now), each
-    read without going through every pending call: the distinct tools of the pending calls
-    (for a viewer who decides, those it may decide), the tenant's agents, and, typed
-    (`typed`: there may be thousands), the principals and runs of `calls` as suggestions
-    (the calls the page shows; by default the inbox's first page)."""
-    filters = filters or {}
-    try:
-        pending = pending_calls(approvals_access.approvals_visible_to(viewer=viewer)).order_by()
-        if calls is None:
-            calls = inbox_pending(viewer=viewer, limit=INBOX_PAGE)
-    except Forbidden:
-        pending, calls = Approval.objects.none(), []
-    tools = sorted(set(pending.values_list("tool_name", flat=True).distinct()))
-    if access.can(viewer, "decide"):
-        principal = access.acting_principal(viewer)
-        tools = [t for t in tools if approvals_access.tool_decidable(principal, t)]
-    agents = Agent.objects.filter(tenant_id=viewer.tenant_id).order_by("external_id")
-    found = {
-        "tool": tools[:CHOICES],
-        "agent": list(agents.values_list("external_id", flat=True)[:CHOICES]),
-        "principal": [a.run.principal.external_id for a in calls if a.run.principal_id],
-        "run": [a.run.external_id for a in calls],
-    }
-    return [
-        {
-            "name": name,
-            "values": sorted((set(values) | {filters.get(name) or ""}) - {""}),
-            "selected": filters.get(name) or "",
-            "typed": name in TYPED_FILTERS,
-        }
-        for name, values in found.items()
-    ]
-
-
-def step_pending_for(*, viewer, run, step) -> list[Approval]:
-    """The step's pending calls this viewer may decide (for a bulk decision)."""
-    qs = pending_calls(approvals_access.approvals_visible_to(viewer=viewer)).filter(
-        run=run, step=step
-    )
-    rows = card_rows(qs.order_by("position", "id"))
-    return approvals_access.decidable(viewer, rows)
-
-
-def approvals_reloaded(*, approvals) -> list[Approval]:
-    """The same approvals as they now are, with what a card needs."""
-    return card_rows(Approval.objects.filter(pk__in=[a.pk for a in approvals]))
+def approvals_of(*, tenant_id: int, public_ids) -> list[Approval]:
+    """These calls of this tenant as they now are, with what a
+    card needs."""
+    return card_rows(Approval.objects.filter(tenant_id=tenant_id, public_id__in=list(public_ids)))
 
 
 # ---- For runtimes and bots (the API) --------------------------------------------------------

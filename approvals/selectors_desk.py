@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
+from urllib.parse import urlencode
 
-from django.db.models import BigIntegerField, F, Q, QuerySet
+from django.db.models import BigIntegerField, Count, F, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
@@ -51,6 +52,36 @@ def desk_filters(params) -> dict:
     if found["view"] not in VIEWS:
         found["view"] = "all"
     return found
+
+
+def desk_query(filters: dict) -> dict:
+    """The filters that are set, as the desk's query string holds them (a saved view's)."""
+    return {k: v for k, v in filters.items() if v and not (k == "view" and v == "all")}
+
+
+def desk_href(filters: dict) -> str:
+    """The desk's address showing these filters, in FILTERS' order (PostgreSQL's JSON keeps
+    no key order: one filter set, one address)."""
+    query = desk_query(desk_filters(filters))
+    return "/approvals/" + (f"?{urlencode(query)}" if query else "")
+
+
+def saved_views(*, viewer, query: dict) -> list[dict]:
+    """This viewer's saved views of the desk, by name: each one's link, and whether it is the
+    filter set shown now."""
+    try:
+        views = list(approvals_access.saved_views_of(viewer=viewer))
+    except Forbidden:
+        return []
+    return [
+        {
+            "id": v.public_id,
+            "name": v.name,
+            "href": desk_href(v.filters),
+            "selected": v.filters == query,
+        }
+        for v in views
+    ]
 
 
 def _ceiling():
@@ -99,13 +130,25 @@ def _open(*, viewer) -> QuerySet:
     )
 
 
-def decidable_pending(*, viewer, filters: dict | None = None) -> QuerySet:
+def open_tools(*, viewer) -> list[str]:
+    """The distinct tool names of the tenant's open pending calls (one DISTINCT): what
+    `decidable_pending` asks the roles about. A page reads it once and hands it on."""
+    return list(_open(viewer=viewer).order_by().values_list("tool_name", flat=True).distinct())
+
+
+def decidable_pending(
+    *, viewer, filters: dict | None = None, tools: list[str] | None = None
+) -> QuerySet:
     """The pending calls this viewer may decide (exactly `access.decidable`'s choice among
-    them), filtered. Forbidden for a viewer who may not see approvals."""
+    them), filtered. `tools`: the tool names among the open pending calls when the caller
+    has read them already (`open_tools`; any superset of the filtered calls' tools gives the
+    same answer), else one DISTINCT reads them. Forbidden for a viewer who may not see
+    approvals."""
     now = timezone.now()
     qs = _filtered(_open(viewer=viewer), viewer=viewer, filters=filters or {}, now=now)
-    tools = qs.order_by().values_list("tool_name", flat=True).distinct()
-    return qs.filter(approvals_access.decidable_q(viewer, list(tools)))
+    if tools is None:
+        tools = list(qs.order_by().values_list("tool_name", flat=True).distinct())
+    return qs.filter(approvals_access.decidable_q(viewer, tools))
 
 
 def desk_count(*, viewer, filters: dict | None = None) -> int:
@@ -142,12 +185,12 @@ def _cursor(raw: str | None):
     )  # fmt: skip
 
 
-def _listed(*, viewer, filters: dict | None) -> tuple[QuerySet, bool]:
+def _listed(*, viewer, filters: dict | None, tools=None) -> tuple[QuerySet, bool]:
     """The calls the desk lists for this viewer and whether they are its to decide: the ones it
     may decide, else (a viewer who decides nothing) every pending call, read-only."""
     decides = may_decide_any(viewer)
     if decides:
-        return decidable_pending(viewer=viewer, filters=filters), True
+        return decidable_pending(viewer=viewer, filters=filters, tools=tools), True
     qs = _filtered(_open(viewer=viewer), viewer=viewer, filters=filters or {}, now=timezone.now())
     return qs, False
 
@@ -162,39 +205,64 @@ def desk_list_count(*, viewer, filters: dict | None = None) -> dict:
 
 
 def desk_page(
-    *, viewer, filters: dict | None = None, cursor: str | None = None, size: int | None = None
+    *,
+    viewer,
+    filters: dict | None = None,
+    cursor: str | None = None,
+    size: int | None = None,
+    tools: list[str] | None = None,
 ) -> dict:
     """One keyset page of the desk's list, oldest first: `rows` (see `desk_rows`), `next`:
     the cursor of the next page (None: the last), `count`: every call the list holds,
-    `decides`: whether the rows are the viewer's to decide (else read-only)."""
+    `decides`: whether the rows are the viewer's to decide (else read-only), `tools`: the
+    tools of the calls it holds, counted with them (one GROUP BY, not a COUNT and a
+    DISTINCT), `reads`: the rows' runs' costs and verdicts (the first card reuses them).
+    `tools` given: `open_tools`, read once by the caller."""
     size = max(1, min(size or PAGE, MAX_PAGE))
     approvals_expire_due(tenant_id=viewer.tenant_id)
-    qs, decides = _listed(viewer=viewer, filters=filters)
+    qs, decides = _listed(viewer=viewer, filters=filters, tools=tools)
     at = time.time_ns() // 1000  # when the count's read began (live.js keeps the newest)
-    count = qs.count()
+    by_tool = dict(qs.order_by().values_list("tool_name").annotate(n=Count("id")))
+    count = sum(by_tool.values())
     after = _cursor(cursor)
     if after:
         at, pk = after
         qs = qs.filter(Q(requested_at__gt=at) | Q(requested_at=at, id__gt=pk))
-    rows = card_rows(qs.order_by("requested_at", "id")[: size + 1])
+    rows = card_rows(qs.order_by("requested_at", "id")[: size + 1], tenant=viewer.tenant)
     more = len(rows) > size
     rows = rows[:size]
+    reads = _reads(rows)
     return {
-        "rows": desk_rows(rows, viewer=viewer, decides=decides),
+        "rows": desk_rows(rows, viewer=viewer, decides=decides, reads=reads),
         "next": paging.encode_time_pk(rows[-1].requested_at, rows[-1].pk) if more else None,
         "count": count,
+        "tools": sorted(by_tool),
         "at": at,
         "decides": decides,
+        "reads": reads,
     }
 
 
-def desk_rows(approvals: list[Approval], *, viewer, decides: bool = True) -> list[dict]:
+def _reads(approvals: list[Approval]) -> dict:
+    """What rows (and cards) read of their runs: costs against budgets, and verdicts."""
+    if not approvals:
+        return {"costs": {}, "verdicts": {}}
+    return {
+        "costs": run_costs(runs=[a.run for a in approvals]),
+        "verdicts": runs_verdicts({a.run_id for a in approvals}),
+    }
+
+
+def desk_rows(
+    approvals: list[Approval], *, viewer, decides: bool = True, reads: dict | None = None
+) -> list[dict]:
     """What a row shows of each call: tool, agent, for whom, age, expiry, the run's cost and
-    ceiling, its budgets' state, the run's verdicts and taint marks."""
+    ceiling, its budgets' state, the run's verdicts and taint marks. `reads`: `_reads` of
+    these calls, when the caller has them."""
     if not approvals:
         return []
-    costs = run_costs(runs=[a.run for a in approvals])
-    verdicts = runs_verdicts({a.run_id for a in approvals})
+    reads = reads or _reads(approvals)
+    costs, verdicts = reads["costs"], reads["verdicts"]
     rows = []
     for a in approvals:
         run = a.run
@@ -236,26 +304,36 @@ def desk_row_for(*, viewer, approval_ids, filters: dict | None = None) -> list[d
     except Forbidden:
         return []
     qs = qs.filter(public_id__in=list(approval_ids)).order_by("requested_at", "id")
+    # No tenant handed on: a socket keeps its viewer (and its tenant) for hours; rows read it.
     return desk_rows(card_rows(qs), viewer=viewer, decides=decides)
 
 
-def desk_choices(*, viewer, filters: dict) -> dict:
+def desk_choices(
+    *, viewer, filters: dict, tools: list[str] | None = None, open_tools: list[str] | None = None
+) -> dict:
     """The filters' values: the tools of the pending calls this viewer may decide, and the
-    tenant's agents (each list bounded)."""
-    try:
-        pending = decidable_pending(viewer=viewer).order_by()
-        tools = sorted(pending.values_list("tool_name", flat=True).distinct()[:100])
-    except Forbidden:
-        tools = []
+    tenant's agents (each list bounded). `tools`: those tools when the caller read them
+    already (an unfiltered page's `tools`); `open_tools`: as for `decidable_pending`."""
+    if tools is None:
+        try:
+            pending = decidable_pending(viewer=viewer, tools=open_tools).order_by()
+            tools = list(pending.values_list("tool_name", flat=True).distinct()[:100])
+        except Forbidden:
+            tools = []
+    tools = sorted(tools)[:100]
     agents = list(
         Agent.objects.filter(tenant_id=viewer.tenant_id)
         .order_by("external_id")
         .values_list("external_id", flat=True)[:100]
     )
+    saved = saved_views(viewer=viewer, query=desk_query(filters))
+    builtin = not any(v["selected"] for v in saved)  # one view is the current page
     return {
         "views": [
-            {"name": k, "label": v, "selected": filters.get("view") == k} for k, v in VIEWS.items()
+            {"name": k, "label": v, "selected": builtin and filters.get("view") == k}
+            for k, v in VIEWS.items()
         ],
+        "saved": saved,
         "tools": sorted(set(tools) | ({filters["tool"]} if filters.get("tool") else set())),
         "agents": sorted(set(agents) | ({filters["agent"]} if filters.get("agent") else set())),
     }

@@ -7,6 +7,13 @@ app_name = "approvals"
 urlpatterns = [
     path("approvals/", views_desk.desk, name="inbox"),
     path("approvals/stats/", views_rules.decision_stats, name="stats"),
+    path("approvals/views/", views_desk.saved_view_new, name="saved-view-new"),
+    path("approvals/views/<str:view_id>/", views_desk.saved_view_edit, name="saved-view-edit"),
+    path(
+        "approvals/views/<str:view_id>/delete/",
+        views_desk.saved_view_remove,
+        name="saved-view-delete",
+    ),
     path("approvals/<str:approval_id>/", views.card, name="card"),
     path("approvals/<str:approval_id>/decision/", views.decide, name="decide"),
     path("approvals/<str:approval_id>/extend/", views.extend, name="extend"),

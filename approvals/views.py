@@ -1,6 +1,7 @@
-"""The reviewer's inbox and the decision forms. Views only translate and call services.
+"""The card page and the decision forms. Views only translate and call services (the desk,
+/approvals/, is views_desk's).
 
-After an htmx POST the view re-renders the card (or the step's group) instead of redirecting;
+After an htmx POST the view re-renders the card (or the step's cards) instead of redirecting;
 a plain form POST (no JavaScript) redirects back to the inbox.
 """
 
@@ -8,10 +9,12 @@ import json
 
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals import access as approvals_access
-from approvals import selectors
+from approvals import selectors, selectors_desk
+from approvals.services.bulk import approvals_decide_many
 from approvals.services.decisions import UNSET, approval_decide, approval_extend
 from console.core.errors import Conflict, Invalid
 from console.directory import access
@@ -19,7 +22,6 @@ from console.web.pages import viewer_view
 from runs import access as runs_access
 
 CARD = "approvals/card.html"
-GROUP = "approvals/group.html"
 CARD_PAGE = "approvals/card_page.html"
 
 
@@ -104,22 +106,27 @@ def extend(request, approval_id):
 @require_POST
 @viewer_view
 def decide_step(request, run_id, step):
-    """Bulk: decide every call of a step this viewer may decide, each its own decision."""
+    """Bulk by step (the grouped inbox's form, gone; its URL still answers): decide every call
+    of a run's step this viewer may decide, each its own decision (`services.bulk`); step 0 is
+    a call of no step. An htmx request gets the step's cards as they now are."""
     viewer = request.viewer
     run = runs_access.run_for(viewer=viewer, run_id=run_id)
-    pending = selectors.step_pending_for(viewer=viewer, run=run, step=step)
-    if not pending:
+    pending = selectors_desk.decidable_pending(viewer=viewer, filters={"run": run.external_id})
+    ids = list(
+        pending.filter(**({"step": step} if step else {"step__isnull": True}))
+        .order_by("position", "id")
+        .values_list("public_id", flat=True)
+    )
+    if not ids:
         access.require(viewer, "decide")  # 403 before the body's 422
     decision = request.POST.get("decision", "")
     if decision not in ("approve", "deny"):
         return HttpResponse("decision must be approve or deny", status=422)
-    for approval in pending:
-        try:
-            approval_decide(approval=approval, viewer=viewer, decision=decision)
-        except Conflict:
-            continue  # someone else decided it meanwhile: the card will say who
-    if not pending:
+    if not ids:
         return _after_post(request, HttpResponse(status=204))
-    approvals = selectors.approvals_reloaded(approvals=pending)
-    context = selectors.group_context(approvals=approvals, viewer=viewer)
-    return _after_post(request, render(request, GROUP, context))
+    # A call someone else decided meanwhile is reported per call; its card says who.
+    approvals_decide_many(viewer=viewer, approval_ids=ids, decision=decision)
+    now = selectors.approvals_of(tenant_id=viewer.tenant_id, public_ids=ids)
+    cards = selectors.cards_context(approvals=now, viewer=viewer)
+    html = "".join(render_to_string(CARD, {"card": c}, request=request) for c in cards)
+    return _after_post(request, HttpResponse(html))

@@ -126,10 +126,12 @@ def burn_chart(
     crossed: list[int],
     alerts: list,
     currency: str,
+    first_today: datetime | None = None,
 ) -> dict:
-    """Cumulative spend (a line through the end of each finished day, then now), the linear
-    projection from now to the period's end (dashed), the ceiling, and the thresholds (dotted,
-    with a marker where each alert of this period fired)."""
+    """Cumulative spend (a line through the end of each finished day, flat until
+    `first_today`, the moment today's spending began, then now), the linear projection from
+    now to the period's end (dashed), the ceiling, and the thresholds (dotted, with a marker
+    where each alert of this period fired)."""
     now_x = axis.at(axis.now)
     spent_points = [_point(0, 0, title=f"{day_label(axis.first)}, start", currency=currency)]
     if not axis.hours:
@@ -140,6 +142,14 @@ def burn_chart(
             cumulative += days.get(day, (0, 0))[0]
             title = f"Through {day_label(day)}"
             spent_points.append(_point(n + 1, cumulative, title=title, currency=currency))
+    if first_today is not None and spent > spent_points[-1]["y"]:
+        # Flat until today's first spend, then up to now: the rollups know what a day spent,
+        # not when, so the line starts where the spending did (not at midnight).
+        before = spent_points[-1]["y"]
+        title = f"First spend today ({moment_label(first_today, axis.tz, 'HH:mm')})"
+        x = min(axis.at(first_today), now_x)
+        if x > spent_points[-1]["x"]:
+            spent_points.append(_point(x, before, title=title, currency=currency))
     now_title = f"Now ({moment_label(axis.now, axis.tz)})"
     spent_points.append(_point(now_x, spent, title=now_title, currency=currency))
     end_title = f"Period end ({moment_label(axis.stop, axis.tz)})"

@@ -84,7 +84,9 @@ def _period_rows(axis: charts.PeriodAxis, days: dict, currency: str) -> list[dic
     return rows
 
 
-def _card(budget, *, current: dict, days: dict, alerts: list, tz, now, detail: bool) -> dict:
+def _card(
+    budget, *, current: dict, days: dict, alerts: list, tz, now, detail: bool, first_today=None
+) -> dict:
     currency = budget.tenant.currency
     ceiling = budget.ceiling_minor_units
     first, end = rules.period_days(budget.period, rules.local_today(now, tz))
@@ -146,6 +148,7 @@ def _card(budget, *, current: dict, days: dict, alerts: list, tz, now, detail: b
             crossed=current["crossed"],
             alerts=alerts,
             currency=currency,
+            first_today=first_today,
         ),
         "rows": _period_rows(axis, days, currency),
         "csv_href": f"/budgets/{budget.public_id}/burn.csv",
@@ -155,7 +158,8 @@ def _card(budget, *, current: dict, days: dict, alerts: list, tz, now, detail: b
 
 def _cards(budgets: list, *, now=None, detail: bool = False) -> list[dict]:
     """Cards for budgets of one tenant: current blocks (one query, as the API's), spend per
-    day of each current period (one query), the alerts of those periods (one query)."""
+    day of each current period (one query), the alerts of those periods (one query), the
+    first spend of today (two or three queries)."""
     if not budgets:
         return []
     now = now or timezone.now()
@@ -173,6 +177,8 @@ def _cards(budgets: list, *, now=None, detail: bool = False) -> list[dict]:
     for alert in held.order_by("at", "id"):
         if alert.period_start == starts[alert.budget_id]:
             alerts[alert.budget_id].append(alert)
+    midnight = rules.period_bounds("day", now, tz)[0]  # today's start, in the tenant's zone
+    firsts = spend.first_spend_since(budgets=budgets, since=midnight, until=now)
     return [
         _card(
             b,
@@ -182,6 +188,7 @@ def _cards(budgets: list, *, now=None, detail: bool = False) -> list[dict]:
             tz=tz,
             now=now,
             detail=detail,
+            first_today=firsts[b.pk],
         )
         for b in budgets
     ]

@@ -11,13 +11,13 @@ from __future__ import annotations
 from datetime import date
 
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Min, Q
 from django.utils import timezone
 
 from budgets import rules
 from budgets.models import Budget
 from console.models import Principal
-from runs.models import UsageDailyBy
+from runs.models import Step, UsageAdjustment, UsageDailyBy
 
 SCOPE_ORDER = {"run": -1, "agent": 0, "principal": 1, "team": 2, "tenant": 3}  # narrowest first
 LIST_RELATED = ("team", "principal", "agent", "tenant")
@@ -274,4 +274,57 @@ def run_costs(*, runs, now=None) -> dict:
             "budgets": [budget_summary(a["budget"], a["current"]) for a in applying[run.pk]],
         }
         for run in runs
+    }
+
+
+def first_spend_since(*, budgets, since, until) -> dict:
+    """For each budget (of one tenant), the moment its scope first spent in [since, until):
+    the first finished step with a cost, or usage adjustment, of a run it holds (None: no
+    spend). Two queries grouped by the runs' agent and principal, and one of the teams'
+    members when a team's budget is among them. What a burn chart draws today's spend from,
+    rather than from midnight (the rollups know days, not moments)."""
+    budgets = list(budgets)
+    if not budgets:
+        return {}
+    tenant_id = budgets[0].tenant_id
+    firsts: dict[tuple, object] = {}
+    reads = (
+        Step.objects.filter(finished_at__gte=since, finished_at__lt=until, cost_minor_units__gt=0)
+        .values("run__agent_id", "run__principal_id")
+        .annotate(first=Min("finished_at")),
+        UsageAdjustment.objects.filter(at__gte=since, at__lt=until)
+        .exclude(cost_minor_units=0)
+        .values("run__agent_id", "run__principal_id")
+        .annotate(first=Min("at")),
+    )
+    for rows in reads:
+        for row in rows.filter(run__tenant_id=tenant_id).order_by():
+            key = (row["run__agent_id"], row["run__principal_id"])
+            firsts[key] = min(row["first"], firsts.get(key, row["first"]))
+    members: dict[int, set[int]] = {}
+    teams = [b.team_id for b in budgets if b.scope_type == "team"]
+    if teams:
+        through = Principal.teams.through.objects.filter(team_id__in=teams)
+        for team_id, principal_id in through.values_list("team_id", "principal_id"):
+            members.setdefault(team_id, set()).add(principal_id)
+
+    def held(budget, agent_id, principal_id) -> bool:
+        kind = budget.scope_type
+        return (
+            kind == "tenant"
+            or (kind == "agent" and budget.agent_id == agent_id)
+            or (kind == "principal" and principal_id and budget.principal_id == principal_id)
+            or (kind == "team" and principal_id in members.get(budget.team_id, ()))
+        )
+
+    return {
+        b.pk: min(
+            (
+                at
+                for (agent_id, principal_id), at in firsts.items()
+                if held(b, agent_id, principal_id)
+            ),
+            default=None,
+        )
+        for b in budgets
     }

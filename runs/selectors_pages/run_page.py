@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from approvals import access as approvals_access
 from approvals.models import ApprovalStatus
-from approvals.selectors import card_rows, group_context
+from approvals.selectors import card_rows, cards_context
 from approvals.services.expiry import approvals_expire_due
 from console.core.errors import NotFound
 from runs import access as runs_access
@@ -259,7 +259,7 @@ def run_approvals_context(*, viewer, run) -> dict:
     if due_ids:  # never show a call past its expiry as pending (as the inbox does)
         approvals_expire_due(approval_ids=due_ids)
     approvals = card_rows(held.order_by("requested_at", "position", "id"))
-    cards = group_context(approvals=approvals, viewer=viewer)["group"]["cards"] if approvals else []
+    cards = cards_context(approvals=approvals, viewer=viewer) if approvals else []
     order = {a.pk: i for i, a in enumerate(approvals)}
     cards.sort(key=lambda c: (not c["pending"], order[c["approval"].pk]))
     return {"run": run, "cards": cards, "pending_count": sum(c["pending"] for c in cards)}

@@ -1,5 +1,6 @@
-"""The inbox socket (/ws/inbox/) on the full ASGI app: held calls arrive as cards, decisions
-re-render them, the navigation count follows everywhere; tenants and roles kept apart."""
+"""The inbox socket (/ws/inbox/) on the full ASGI app: held calls arrive as the desk's rows
+(with or without `desk=1`: the grouped inbox is gone), decisions take them out and re-render the
+card in the pane, the navigation count follows everywhere; tenants and roles kept apart."""
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -21,23 +22,25 @@ async def request_call(api, seq=1, call=CALL):
     await post_events(api, {"seq": seq, "type": "approval.requested", "step": 1, "calls": [call]})
 
 
-async def test_a_held_call_arrives_as_a_card_and_the_nav_count_follows(tenant_a, reviewer_a):
+@pytest.mark.parametrize("path", ["/ws/inbox/", "/ws/inbox/?desk=1"])
+async def test_a_held_call_arrives_as_a_row_and_the_nav_count_follows(tenant_a, reviewer_a, path):
     api = await admit(tenant_a)
-    inbox, connected = await open_socket("/ws/inbox/", reviewer_a)
+    inbox, connected = await open_socket(path, reviewer_a)
     assert connected
     assert 'id="nav-pending-count"' in "".join(await hello(inbox))
     await request_call(api)
-    frames = "".join(await frames_until(inbox, has("approval-card")))
-    assert 'hx-swap-oob="beforeend:#inbox-groups"' in frames  # a new group, at the end
-    assert 'data-live-unless="#approval-group-' in frames
-    # ... and not on a paged inbox (live.js skips it while the "more calls wait" note shows)
-    assert ', #inbox-groups &gt; .inbox-more"' in frames  # (&gt;: the attribute's escaping)
-    assert "Approve</button>" in frames
-    assert ">1<span" in frames  # the nav count
+    frames = "".join(await frames_until(inbox, has("desk-row-")))
+    assert 'hx-swap-oob="beforeend:#desk-rows"' in frames  # a new row, at the end
+    # ... unless more pages wait (the new call belongs to the last) or it is there already
+    assert 'data-live-unless="#desk-more, #desk-row-' in frames
+    assert 'class="desk-check"' in frames  # the reviewer's to select and decide
+    assert "1 to decide" in frames and ">1<span" in frames  # the list's and the nav's count
     await inbox.disconnect()
 
 
-async def test_a_decision_re_renders_the_card_saying_who_decided(tenant_a, reviewer_a, lead_a):
+async def test_a_decision_takes_the_row_out_and_the_card_says_who_decided(
+    tenant_a, reviewer_a, lead_a
+):
     from approvals.models import Approval
     from approvals.services.decisions import approval_decide
 
@@ -48,18 +51,19 @@ async def test_a_decision_re_renders_the_card_saying_who_decided(tenant_a, revie
     approval = await sync_to_async(Approval.objects.select_related("run__tenant").get)()
     await sync_to_async(approval_decide)(approval=approval, viewer=lead_a, decision="approve")
     frames = "".join(await frames_until(inbox, has(f'id="approval-{approval.public_id}"')))
+    assert f'hx-swap-oob="delete:#desk-row-{approval.public_id}"' in frames
     assert "decided-status" in frames and "decision-form" not in frames
     assert 'id="nav-pending-count"' in frames and ">0<span" in frames  # pushed first
     await inbox.disconnect()
 
 
-async def test_a_viewer_sees_cards_without_controls(tenant_a, viewer_a):
+async def test_a_viewer_sees_rows_without_controls(tenant_a, viewer_a):
     api = await admit(tenant_a)
     inbox, _ = await open_socket("/ws/inbox/", viewer_a)
     await hello(inbox)
     await request_call(api)
-    frames = "".join(await frames_until(inbox, has("approval-card")))
-    assert "Approve</button>" not in frames and "decision-form" not in frames
+    frames = "".join(await frames_until(inbox, has("desk-row-")))
+    assert "desk-check" not in frames and "read-only" in frames
     await inbox.disconnect()
 
 
@@ -69,7 +73,7 @@ async def test_the_principal_of_the_run_gets_no_card_of_their_own_run(tenant_a, 
     await hello(inbox)
     await request_call(api)
     frames = "".join(await frames_until(inbox, has("nav-pending-count")))
-    assert "approval-card" not in frames  # no one decides a call of a run for themselves
+    assert "desk-row-" not in frames  # no one decides a call of a run for themselves
     await inbox.disconnect()
 
 
@@ -79,7 +83,7 @@ async def test_filters_keep_other_tools_out(tenant_a, reviewer_a):
     await hello(inbox)
     await request_call(api)
     frames = "".join(await frames_until(inbox, has("nav-pending-count")))
-    assert "approval-card" not in frames
+    assert "desk-row-" not in frames
     await inbox.disconnect()
 
 
@@ -90,7 +94,7 @@ async def test_another_tenant_hears_nothing_while_this_one_does(tenant_a, review
     await hello(ours)
     await hello(theirs)
     await request_call(api)
-    await frames_until(ours, has("approval-card"))
+    await frames_until(ours, has("desk-row-"))
     assert await theirs.receive_nothing(timeout=0.5)
     await ours.disconnect()
     await theirs.disconnect()

@@ -334,3 +334,39 @@ def test_live_rows_arrive_for_those_who_may_decide_them_and_leave_when_decided(
     assert f'hx-swap-oob="delete:#desk-row-{call.public_id}"' in gone
     assert f'id="approval-{call.public_id}"' in gone and "Approved" in gone  # the pane's card
     assert "0 to decide" in gone
+
+
+# ---- the first page's cost ------------------------------------------------------------------
+
+
+def test_the_first_page_costs_the_same_queries_for_60_calls_as_for_3_and_agrees_with_itself(
+    client, tenant_a, reviewer_a
+):
+    """One DISTINCT of the open calls' tools (for the list and the choices), one GROUP BY for
+    the count and the decidable tools, the page, its runs' budgets and verdicts; the first
+    card from what the page read. The count, the rows and the tool choices agree."""
+    from django.test.utils import CaptureQueriesContext
+
+    def make(n, offset):
+        for i in range(n):
+            ApprovalFactory(
+                run=RunFactory(tenant=tenant_a, external_id=f"run_q_{offset + i}"),
+                tool_name=("send_email", "run_sql", "refund")[i % 3],
+            )
+
+    client.force_login(reviewer_a.user)
+    make(3, 0)
+    client.get("/approvals/")
+    with CaptureQueriesContext(connection) as few:
+        html = client.get("/approvals/").content.decode()
+    assert "3 to decide" in html
+    make(57, 3)
+    with CaptureQueriesContext(connection) as many:
+        html = client.get("/approvals/").content.decode()
+    assert len(many.captured_queries) == len(few.captured_queries)
+    assert "60 to decide" in html and html.count('class="desk-row"') == selectors_desk.PAGE
+    assert 'id="desk-more"' in html  # the other 10 a keyset page away
+    for tool in ("send_email", "run_sql", "refund"):
+        assert f'<option value="{tool}">{tool}</option>' in html
+    counted = [q["sql"] for q in many.captured_queries if "COUNT(" in q["sql"]]
+    assert len(counted) == 2  # the desk's GROUP BY and the bell's unread count

@@ -13,7 +13,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from approvals import selectors, selectors_desk
+from approvals import selectors_desk
 from approvals.models import Approval, ApprovalStatus, Rule, WebhookDelivery
 from approvals.services.rules import rule_create, rule_deactivate, rule_update
 from approvals.services.webhooks import webhook_create
@@ -126,8 +126,8 @@ def test_decided_calls_never_reach_the_inbox_and_the_rest_wait(
     rule(tenant_a, lead_a, conditions=TO_ACME)
     admit(ingest_a)
     hold(ingest_a, calls=[call(1), call(2, to="eve@evil.com")])
-    shown = selectors.inbox_pending(viewer=reviewer_a)
-    assert [a.tool_call_id for a in shown] == ["call_2"]
+    shown = selectors_desk.desk_page(viewer=reviewer_a)["rows"]
+    assert [r["approval"].tool_call_id for r in shown] == ["call_2"]
     assert selectors_desk.nav_pending_count_context(viewer=reviewer_a)["nav_pending_count"] == 1
     body = ingest_a.get(f"{RUNS}/run_r/decisions").json()
     assert body["pending"] == ["call_2"] and body["complete"] is False

@@ -1,6 +1,6 @@
-"""approvals/selectors.py, the reviewer's reads: the inbox (pending calls, groups, filter
-choices), a step's pending calls, the approval card's context, the approvals list, and the
-secret masking of a call's arguments."""
+"""approvals/selectors.py, the reviewer's reads: the approval card's context, the approvals
+list, the secret masking of a call's arguments; and the desk's list (selectors_desk) asked
+what the grouped inbox it replaced was asked."""
 
 import json
 from datetime import timedelta
@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from approvals import selectors
+from approvals import selectors, selectors_desk
 from approvals.models import Approval, ApprovalStatus
 from console.core.errors import Forbidden
 from console.models import ApiKey, Role
@@ -76,10 +76,16 @@ def run_b(tenant_b):
     return RunFactory(tenant=tenant_b, external_id="run_support")
 
 
-# --- inbox_pending ---
+# --- the desk's list (selectors_desk), as the old inbox's tests asked it ---
 
 
-def test_inbox_pending_is_the_tenants_pending_calls_oldest_first(
+def listed(viewer, filters=None):
+    """The calls the desk lists for this viewer, oldest first (one page holds them all)."""
+    page = selectors_desk.desk_page(viewer=viewer, filters=filters, size=200)
+    return [row["approval"] for row in page["rows"]]
+
+
+def test_the_desk_is_the_tenants_pending_calls_oldest_first(
     reviewer_a, support_run, billing_run, run_b
 ):
     third = held(support_run, minutes_ago=3)
@@ -89,22 +95,13 @@ def test_inbox_pending_is_the_tenants_pending_calls_oldest_first(
     held(billing_run, minutes_ago=8, status=ApprovalStatus.CANCELLED)
     held(support_run, minutes_ago=7, mirror_of=first)  # the same call, listed once
     held(run_b, minutes_ago=6)  # another tenant's
-    assert ids(selectors.inbox_pending(viewer=reviewer_a)) == ids([first, second, third])
+    assert ids(listed(viewer=reviewer_a)) == ids([first, second, third])
 
 
-def test_inbox_pending_breaks_a_tie_in_time_by_request_position(reviewer_a, support_run):
-    at = timezone.now() - timedelta(minutes=1)
-    later = ApprovalFactory(run=support_run, requested_at=at, position=1)
-    earlier = ApprovalFactory(run=support_run, requested_at=at, position=0)
-    assert ids(selectors.inbox_pending(viewer=reviewer_a)) == ids([earlier, later])
-
-
-def test_inbox_pending_expires_a_call_past_its_expiry_instead_of_listing_it(
-    reviewer_a, support_run
-):
+def test_the_desk_expires_a_call_past_its_expiry_instead_of_listing_it(reviewer_a, support_run):
     live = held(support_run, minutes_ago=2)
     due = held(support_run, minutes_ago=20, expires_at=timezone.now() - timedelta(seconds=1))
-    assert ids(selectors.inbox_pending(viewer=reviewer_a)) == ids([live])
+    assert ids(listed(viewer=reviewer_a)) == ids([live])
     due.refresh_from_db()
     assert (due.status, due.message) == ("expired", due.rejection_message)
 
@@ -122,7 +119,7 @@ def test_inbox_pending_expires_a_call_past_its_expiry_instead_of_listing_it(
         ({"agent": "no-such-bot"}, []),
     ],
 )
-def test_inbox_pending_filters_by_tool_agent_principal_and_run(
+def test_the_desk_filters_by_tool_agent_principal_and_run(
     reviewer_a, support_run, billing_run, filters, expected
 ):
     calls = {
@@ -130,17 +127,17 @@ def test_inbox_pending_filters_by_tool_agent_principal_and_run(
         "shell": held(support_run, minutes_ago=2, tool="shell.exec"),
         "refund": held(billing_run, minutes_ago=1, tool="refund.issue"),
     }
-    found = selectors.inbox_pending(viewer=reviewer_a, filters=filters)
+    found = listed(viewer=reviewer_a, filters=filters)
     assert ids(found) == ids(calls[name] for name in expected)
 
 
-def test_inbox_pending_lists_for_a_decider_only_the_calls_it_may_decide(tenant_a, support_run):
+def test_the_desk_lists_for_a_decider_only_the_calls_it_may_decide(tenant_a, support_run):
     decider = mail_decider(tenant_a)
     mail = held(support_run, minutes_ago=3, tool="email.send")
     held(support_run, minutes_ago=2, tool="shell.exec")  # no role of the decider's may
     own = RunFactory(tenant=tenant_a, principal=decider)
     held(own, minutes_ago=1, tool="email.send")  # a run for the decider: not theirs to decide
-    assert ids(selectors.inbox_pending(viewer=decider)) == ids([mail])
+    assert ids(listed(viewer=decider)) == ids([mail])
 
 
 def test_a_decide_key_lists_what_its_principal_may_decide(tenant_a, support_run):
@@ -148,26 +145,27 @@ def test_a_decide_key_lists_what_its_principal_may_decide(tenant_a, support_run)
     key = ApiKey.objects.for_raw_key(make_key(tenant_a, scopes=("decide",), principal=decider))
     mail = held(support_run, minutes_ago=2, tool="email.send")
     held(support_run, minutes_ago=1, tool="shell.exec")
-    assert ids(selectors.inbox_pending(viewer=key)) == ids([mail])
+    assert ids(listed(viewer=key)) == ids([mail])
 
 
-def test_inbox_pending_shows_a_viewer_every_pending_call_read_only(tenant_a, viewer_a, support_run):
+def test_the_desk_shows_a_viewer_every_pending_call_read_only(tenant_a, viewer_a, support_run):
     shell = held(support_run, minutes_ago=3, tool="shell.exec")
     own = held(RunFactory(tenant=tenant_a, principal=viewer_a), minutes_ago=2)
-    assert ids(selectors.inbox_pending(viewer=viewer_a)) == ids([shell, own])
-    [group_one, group_two] = selectors.inbox_for(viewer=viewer_a)
-    cards = group_one["cards"] + group_two["cards"]
+    assert ids(listed(viewer_a)) == ids([shell, own])
+    page = selectors_desk.desk_page(viewer=viewer_a)
+    assert page["decides"] is False and [r["decides"] for r in page["rows"]] == [False, False]
+    cards = selectors.cards_context(approvals=[shell, own], viewer=viewer_a)
     assert [(c["can_decide"], c["refusal"]) for c in cards] == [(False, MAY_NOT_DECIDE)] * 2
 
 
-def test_the_inbox_is_forbidden_without_view_runs_or_decide_and_inbox_for_is_empty(
+def test_the_desk_is_forbidden_without_view_runs_or_decide_and_counts_nothing(
     tenant_a, support_run
 ):
     held(support_run)
     roleless = PrincipalFactory(tenant=tenant_a)
     with pytest.raises(Forbidden):
-        selectors.inbox_pending(viewer=roleless)
-    assert selectors.inbox_for(viewer=roleless) == []
+        listed(roleless)
+    assert selectors_desk.desk_list_count(viewer=roleless) == {"count": 0, "decides": False}
 
 
 def test_pending_calls_are_the_pending_ones_counting_a_mirrored_call_once(
@@ -179,249 +177,6 @@ def test_pending_calls_are_the_pending_ones_counting_a_mirrored_call_once(
     other = held(billing_run)
     found = selectors.pending_calls(Approval.objects.filter(tenant=tenant_a)).order_by("id")
     assert ids(found) == ids([child, other])
-
-
-def test_inbox_shown_keeps_what_a_decider_may_decide_and_everything_for_a_viewer(
-    tenant_a, viewer_a, support_run
-):
-    mail = held(support_run, tool="email.send")
-    shell = held(support_run, tool="shell.exec")
-    decider = mail_decider(tenant_a)
-    assert ids(selectors.inbox_shown(viewer=decider, approvals=[mail, shell])) == ids([mail])
-    assert ids(selectors.inbox_shown(viewer=viewer_a, approvals=[mail, shell])) == ids(
-        [mail, shell]
-    )
-
-
-@pytest.mark.parametrize(
-    "filters, expected",
-    [
-        (None, ["mail", "refund"]),
-        ({"tool": "refund.issue", "agent": "billing-bot"}, ["refund"]),
-        ({"tool": "refund.issue", "agent": "support-bot"}, []),
-        ({"unknown": "x"}, ["mail", "refund"]),  # only the four filters are read
-    ],
-)
-def test_inbox_filtered_narrows_a_queryset_by_the_filters_given(
-    support_run, billing_run, filters, expected
-):
-    calls = {
-        "mail": held(support_run, tool="email.send"),
-        "refund": held(billing_run, tool="refund.issue"),
-    }
-    found = selectors.inbox_filtered(Approval.objects.order_by("id"), filters)
-    assert ids(found) == ids(calls[name] for name in expected)
-
-
-# --- inbox_for, group_context ---
-
-
-def test_inbox_for_groups_cards_by_run_and_step_in_the_order_of_their_oldest_call(
-    reviewer_a, support_run, billing_run
-):
-    billing_late = held(billing_run, minutes_ago=5, step=2, position=1)
-    support_one = held(support_run, minutes_ago=3, step=1)
-    support_pre = held(support_run, minutes_ago=2, step=None)
-    billing_early = held(billing_run, minutes_ago=1, step=2, position=0)
-    groups = selectors.inbox_for(viewer=reviewer_a)
-    assert [(g["dom_id"], g["run"], g["step"]) for g in groups] == [
-        (f"approval-group-{billing_run.pk}-2", billing_run, 2),
-        (f"approval-group-{support_run.pk}-1", support_run, 1),
-        (f"approval-group-{support_run.pk}-0", support_run, None),
-    ]
-    assert [[c["id"] for c in g["cards"]] for g in groups] == [
-        ids([billing_early, billing_late]),  # within a step: in request position
-        ids([support_one]),
-        ids([support_pre]),
-    ]
-    assert [g["can_bulk"] for g in groups] == [True, False, False]
-
-
-def test_inbox_for_passes_its_filters_on(reviewer_a, support_run, billing_run):
-    held(support_run, tool="email.send")
-    refund = held(billing_run, tool="refund.issue")
-    [group] = selectors.inbox_for(viewer=reviewer_a, filters={"tool": "refund.issue"})
-    assert [c["id"] for c in group["cards"]] == ids([refund])
-
-
-def test_group_context_offers_bulk_only_for_two_calls_the_viewer_may_decide(tenant_a, support_run):
-    decider = mail_decider(tenant_a)
-    mail = held(support_run, step=1, position=0, tool="email.send")
-    shell = held(support_run, step=1, position=1, tool="shell.exec")
-    group = selectors.group_context(approvals=[shell, mail], viewer=decider)["group"]
-    assert [(c["id"], c["can_decide"], c["refusal"]) for c in group["cards"]] == [
-        (mail.public_id, True, None),
-        (shell.public_id, False, "none of your roles may decide the tool 'shell.exec'"),
-    ]
-    assert group["can_bulk"] is False
-    more_mail = held(support_run, step=1, position=2, tool="email.draft")
-    group = selectors.group_context(approvals=[mail, shell, more_mail], viewer=decider)["group"]
-    assert group["can_bulk"] is True
-    assert (group["run"], group["step"]) == (support_run, 1)
-
-
-# --- inbox_filter_choices ---
-
-
-def test_filter_choices_are_the_distinct_values_among_the_pending_calls(
-    tenant_a, reviewer_a, support_run, billing_run
-):
-    held(support_run, tool="email.send")
-    held(support_run, tool="shell.exec")
-    held(billing_run, tool="email.send")
-    nobodys = RunFactory(tenant=tenant_a, external_id="run_nobody", principal=None)
-    held(nobodys, tool="calendar.read")
-    decided(billing_run, tool="refund.issue")  # decided: not a choice
-    tools = ["calendar.read", "email.send", "shell.exec"]
-    assert selectors.inbox_filter_choices(viewer=reviewer_a) == [
-        {"name": "tool", "values": tools, "selected": "", "typed": False},
-        {
-            "name": "agent",
-            "values": sorted(["billing-bot", "support-bot", nobodys.agent.external_id]),
-            "selected": "",
-            "typed": False,
-        },
-        {
-            "name": "principal",
-            "values": ["alice@example.com", "bob@example.com"],
-            "selected": "",
-            "typed": True,  # a principal and a run are typed: there may be thousands
-        },
-        {
-            "name": "run",
-            "values": ["run_billing", "run_nobody", "run_support"],
-            "selected": "",
-            "typed": True,
-        },
-    ]
-
-
-def test_a_selected_filter_value_stays_listed_when_nothing_matches_it(reviewer_a, support_run):
-    held(support_run, tool="email.send")
-    choices = selectors.inbox_filter_choices(viewer=reviewer_a, filters={"tool": "gone.tool"})
-    tool = next(c for c in choices if c["name"] == "tool")
-    assert tool == {
-        "name": "tool",
-        "values": ["email.send", "gone.tool"],
-        "selected": "gone.tool",
-        "typed": False,
-    }
-    assert next(c for c in choices if c["name"] == "run")["values"] == ["run_support"]
-
-
-def test_filter_choices_are_those_of_the_calls_the_decider_may_decide(tenant_a, support_run):
-    decider = mail_decider(tenant_a)
-    held(support_run, tool="email.send")
-    held(support_run, tool="shell.exec")
-    choices = selectors.inbox_filter_choices(viewer=decider)
-    assert next(c for c in choices if c["name"] == "tool")["values"] == ["email.send"]
-
-
-def test_typed_filters_suggest_the_values_of_the_first_page(tenant_a, reviewer_a, monkeypatch):
-    monkeypatch.setattr(selectors, "INBOX_PAGE", 2)
-    monkeypatch.setattr(selectors, "CHOICES", 2)
-    for n in range(3):
-        held(RunFactory(tenant=tenant_a, external_id=f"run_{n}"), minutes_ago=9 - n, tool=f"t.{n}")
-    choices = {c["name"]: c for c in selectors.inbox_filter_choices(viewer=reviewer_a)}
-    assert choices["run"]["values"] == ["run_0", "run_1"]  # the oldest two: the first page
-    assert choices["tool"]["values"] == ["t.0", "t.1"]  # at most CHOICES
-    picked = selectors.inbox_filter_choices(viewer=reviewer_a, filters={"run": "run_2"})
-    assert next(c for c in picked if c["name"] == "run")["values"] == ["run_0", "run_1", "run_2"]
-
-
-def test_filter_choices_leave_out_a_deciders_own_runs(tenant_a, reviewer_a):
-    own = RunFactory(tenant=tenant_a, external_id="run_own", principal=reviewer_a)
-    other = RunFactory(tenant=tenant_a, external_id="run_other")
-    held(own)
-    held(other)
-    choices = {c["name"]: c for c in selectors.inbox_filter_choices(viewer=reviewer_a)}
-    assert choices["run"]["values"] == ["run_other"]
-    assert ids(selectors.inbox_pending(viewer=reviewer_a)) == ids(
-        Approval.objects.filter(run=other)
-    )
-
-
-# --- inbox_page ---
-
-
-def test_inbox_page_is_the_oldest_calls_and_whole_steps(reviewer_a, support_run, billing_run):
-    first = held(support_run, minutes_ago=9, step=1, position=0)
-    billing = held(billing_run, minutes_ago=8, step=1)
-    later_of_first = held(support_run, minutes_ago=1, step=1, position=1)  # same step
-    held(billing_run, minutes_ago=2, step=2)  # beyond the page
-    page = selectors.inbox_page(viewer=reviewer_a, size=2)
-    assert page["more"] is True
-    assert [[c["id"] for c in g["cards"]] for g in page["groups"]] == [
-        ids([first, later_of_first]),
-        ids([billing]),
-    ]
-    everything = selectors.inbox_page(viewer=reviewer_a, size=4)
-    assert everything["more"] is False
-    assert [g["dom_id"] for g in everything["groups"]] == [
-        g["dom_id"] for g in selectors.inbox_for(viewer=reviewer_a)
-    ]
-
-
-def test_inbox_page_fills_a_deciders_page_past_calls_it_may_not_decide(tenant_a, support_run):
-    decider = mail_decider(tenant_a)
-    shells = [held(support_run, minutes_ago=30 - n, tool="shell.exec", step=n) for n in range(5)]
-    mails = [held(support_run, minutes_ago=10 - n, tool="email.send", step=9 + n) for n in range(3)]
-    page = selectors.inbox_page(viewer=decider, size=2)
-    assert [c["id"] for g in page["groups"] for c in g["cards"]] == ids(mails[:2])
-    assert page["more"] is True
-    assert selectors.inbox_pending(viewer=decider, limit=10) == mails
-    assert shells  # never listed for the decider
-
-
-def test_inbox_page_is_empty_without_view_runs_or_decide(tenant_a, support_run):
-    held(support_run)
-    roleless = PrincipalFactory(tenant=tenant_a)
-    page = selectors.inbox_page(viewer=roleless)
-    assert (page["groups"], page["more"], page["calls"]) == ([], False, [])
-
-
-# --- step_pending_for, approvals_reloaded ---
-
-
-def test_step_pending_for_is_the_steps_pending_calls_in_position_order(reviewer_a, support_run):
-    third = held(support_run, step=1, position=2)
-    first = held(support_run, step=1, position=0)
-    second = held(support_run, step=1, position=1)
-    decided(support_run, step=1, position=3)
-    held(support_run, step=1, position=4, mirror_of=first)
-    held(support_run, step=2, position=5)
-    found = selectors.step_pending_for(viewer=reviewer_a, run=support_run, step=1)
-    assert ids(found) == ids([first, second, third])
-
-
-def test_step_pending_for_leaves_out_what_the_viewer_may_not_decide(tenant_a, support_run):
-    decider = mail_decider(tenant_a)
-    mail = held(support_run, step=1, position=0, tool="email.send")
-    held(support_run, step=1, position=1, tool="shell.exec")
-    assert ids(selectors.step_pending_for(viewer=decider, run=support_run, step=1)) == ids([mail])
-    own = RunFactory(tenant=tenant_a, principal=decider)
-    held(own, step=1, tool="email.send")
-    assert selectors.step_pending_for(viewer=decider, run=own, step=1) == []
-
-
-def test_step_pending_for_sees_nothing_of_another_tenants_run(reviewer_a, reviewer_b, run_b):
-    call = held(run_b, step=1)
-    assert selectors.step_pending_for(viewer=reviewer_a, run=run_b, step=1) == []
-    assert ids(selectors.step_pending_for(viewer=reviewer_b, run=run_b, step=1)) == ids([call])
-
-
-def test_approvals_reloaded_are_the_same_calls_as_they_now_are(
-    reviewer_a, support_run, django_assert_num_queries
-):
-    one, two = held(support_run), held(support_run)
-    Approval.objects.filter(pk=one.pk).update(status=ApprovalStatus.DENIED)
-    reloaded = {a.public_id: a for a in selectors.approvals_reloaded(approvals=[one, two])}
-    assert {k: a.status for k, a in reloaded.items()} == {
-        one.public_id: "denied",
-        two.public_id: "pending",
-    }
-    with django_assert_num_queries(0):  # what a card needs is loaded with them
-        assert {a.run.tenant.slug for a in reloaded.values()} == {"tenant-a"}
 
 
 # --- approval_card_context ---
@@ -745,3 +500,16 @@ def test_card_rows_read_who_decided_without_a_query_per_card(
     with django_assert_num_queries(1):  # nothing decided: nothing prefetched
         [pending] = selectors.card_rows(qs.filter(step=9))
         assert pending.decided_by is None and pending.run.principal == support_run.principal
+
+
+def test_card_rows_given_the_tenant_join_no_tenant_and_refuse_another_tenants_call(
+    tenant_a, support_run, run_b, django_assert_num_queries
+):
+    mine = held(support_run)
+    theirs = held(run_b)
+    with django_assert_num_queries(1):
+        [row] = selectors.card_rows(Approval.objects.filter(pk=mine.pk), tenant=tenant_a)
+    assert row.tenant is tenant_a and row.run.tenant is tenant_a
+    assert row.run.principal.external_id == "alice@example.com"  # still joined: no query
+    with pytest.raises(ValueError):
+        selectors.card_rows(Approval.objects.filter(pk=theirs.pk), tenant=tenant_a)

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.support.browser import shot, sign_in
+from tests.support.docs import _docs_copy
 from tests.support.live_console import LiveConsole, last_line, manage
 
 pytestmark = pytest.mark.browser
@@ -195,7 +196,7 @@ def test_the_budgets_page_draws_every_chart_and_its_tables_match_the_api(browser
     total = _api(page, f"/api/v1/usage?{query}&groupBy=day")["totals"]["costMinorUnits"]
     assert int(page.locator("#usage-summary [data-minor]").get_attribute("data-minor")) == total
     assert page.locator("#usage-summary").inner_text().count("$") >= 2
-    shot(page, "budgets")
+    _docs_copy(shot(page, "budgets"), "budgets.png")
     page.close()
 
 
@@ -251,7 +252,7 @@ def test_the_budget_page_shows_its_chart_alerts_and_overrides(browser_context, c
     table = json.loads(page.locator(f"#burn-{budget_id}-data").text_content())
     assert table["kind"] == "burn" and table["ceiling"][0]["v"] == "$50.00"
     assert page.get_by_role("link", name="Edit budget").is_visible()
-    shot(page, "budget-detail")
+    _docs_copy(shot(page, "budget-detail"), "budget-detail.png")
     page.close()
 
 

@@ -1,17 +1,16 @@
-"""Screenshots of the desk and the card page at 1440 px and 390 px (docs/screenshots/desk-*.png):
-a realistic queue (tools, agents, people, costs, budgets, verdicts, taint), and no horizontal
-overflow at either width."""
-
-from pathlib import Path
+"""Screenshots of the desk and the card page at 1440 px and 390 px, light and dark
+(build/screenshots/desk-*.png; with GAVEL_DOCS_SCREENSHOTS=1, as `make screenshots` sets it,
+also docs/screenshots/): a realistic queue (tools, agents, people, costs, budgets, verdicts,
+taint), and no horizontal overflow at either width."""
 
 import pytest
 from django.utils import timezone
 
-from tests.support.browser import sign_in
+from tests.support.browser import shot, sign_in
+from tests.support.docs import _docs_copy
 from tests.support.factories import AgentFactory, ApprovalFactory, PrincipalFactory, RunFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
 @pytest.fixture
@@ -72,19 +71,22 @@ def queue(tenant_a, reviewer_a):
         )
 
 
+@pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("width,height", [(1440, 900), (390, 844)])
-def test_desk_and_card_screenshots(queue, page, width, height):
-    DOCS.mkdir(parents=True, exist_ok=True)
+def test_desk_and_card_screenshots(queue, page, width, height, scheme):
     page.set_viewport_size({"width": width, "height": height})
+    page.emulate_media(color_scheme=scheme)
     sign_in(page, "reviewer@a.example", "reviewer-pass-123", next_path="/approvals/")
     page.locator("li.desk-row").first.wait_for()
     page.wait_for_timeout(300)
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0, f"the desk overflows by {overflow} px at {width}"
-    page.screenshot(path=str(DOCS / f"desk-inbox-{width}.png"), full_page=False)
+    name = f"desk-inbox-{width}-{scheme}"
+    _docs_copy(shot(page, name, full_page=False), f"{name}.png")
     card_id = page.locator("li.desk-row").first.get_attribute("data-approval-id")
     page.goto(f"{page.base_url}/approvals/{card_id}/")
     page.locator("article.approval-card").wait_for()
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0, f"the card page overflows by {overflow} px at {width}"
-    page.screenshot(path=str(DOCS / f"desk-card-{width}.png"), full_page=True)
+    name = f"desk-card-{width}-{scheme}"
+    _docs_copy(shot(page, name), f"{name}.png")

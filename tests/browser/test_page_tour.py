@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from tests.support.browser import ARGS, CHROMIUM, demo_runs
+from tests.support.browser import ARGS, CHROMIUM, demo_runs, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -74,6 +74,11 @@ def tour(tenant_a, admin_a, lead_a, reviewer_a, viewer_a):
             body="Spend this period is $16.00 of $20.00 (80% threshold).",
             url=f"/budgets/{budget.public_id}/",
         )
+    from approvals.services.saved_views import saved_view_create
+
+    for who in (admin_a, lead_a, reviewer_a, viewer_a):  # the desk with a saved view or two
+        saved_view_create(viewer=who, name="Overdue mail", filters={"view": "overdue"})
+        saved_view_create(viewer=who, name="SQL analyst", filters={"agent": "sql-analyst"})
     return {
         "run": runs[2].external_id,  # awaiting approval
         "other_run": runs[3].external_id,  # failed
@@ -91,6 +96,7 @@ def pages_for(role: str, ids: dict) -> list[str]:
     if role == "admin":
         return [
             "/approvals/",
+            "/approvals/?view=overdue",  # a saved view's page: its link current, its forms
             "/approvals/stats/",
             *runs,
             *budgets,
@@ -148,6 +154,8 @@ def _check(page, url: str, width: int, problems: list, axe_source: str) -> None:
     scroll, inner = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     if scroll > inner:
         problems.append(f"{url} at {width}px: scrollWidth {scroll} > innerWidth {inner}")
+    # What a disclosure holds is checked too (the desk's saved views' forms, confirmations).
+    page.evaluate("() => document.querySelectorAll('details').forEach((d) => { d.open = true; })")
     page.add_script_tag(content=axe_source)
     for violation in page.evaluate(AXE_RUN):
         problems.append(f"{url} at {width}px: {json.dumps(violation)}")
@@ -252,7 +260,7 @@ def test_screenshots(tour, live_server):
                 page.set_default_timeout(20_000)
                 for path in ("/accounts/login/", "/accounts/password_reset/"):
                     page.goto(f"{live_server.url}{path}")
-                    page.screenshot(path=str(out / f"{_name(path)}-{width}-{scheme}.png"))
+                    screenshot(page, out / f"{_name(path)}-{width}-{scheme}.png", full_page=False)
                 _sign_in(page, live_server.url, "admin@a.example", PASSWORD["admin"])
                 for path in pages_for("admin", tour):
                     page.goto(f"{live_server.url}{path}")  # before `path` is renamed below
@@ -261,6 +269,6 @@ def test_screenshots(tour, live_server):
                         path_named = path.replace(tour[key], key.replace("_", "-"))
                         path = path_named
                     name = _name(path)
-                    page.screenshot(path=str(out / f"{name}-{width}-{scheme}.png"), full_page=True)
+                    screenshot(page, out / f"{name}-{width}-{scheme}.png")
                 context.close()
         browser.close()

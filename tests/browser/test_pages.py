@@ -6,6 +6,7 @@ import re
 import pytest
 
 from tests.support.browser import shot, sign_in
+from tests.support.docs import _docs_copy
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -44,7 +45,7 @@ def test_sign_in_and_out(viewer_a, page):
 def test_filters_update_the_table_without_reload_and_live_in_the_url(viewer_a, list_runs, page):
     sign_in(page, "viewer@a.example", "viewer-pass-123")
     assert len(_row_ids(page)) == 36
-    shot(page, "runs-list")
+    _docs_copy(shot(page, "runs-list"), "runs-list.png")
     _mark_document(page)
     page.get_by_label("Status").select_option("failed")
     page.wait_for_url(re.compile(r"status=failed"))
@@ -56,7 +57,7 @@ def test_filters_update_the_table_without_reload_and_live_in_the_url(viewer_a, l
     page.wait_for_url(re.compile(r"group=conversation"))
     page.locator("#run-rows tr.group", has_text="Conversation:").first.wait_for()
     assert _not_reloaded(page)
-    shot(page, "runs-filtered")
+    _docs_copy(shot(page, "runs-filtered"), "runs-filtered.png")
     url = page.url
     page.goto(url)  # shareable: the same URL shows the same table
     assert len(_row_ids(page)) == 6
@@ -121,7 +122,7 @@ def test_run_page_sections(viewer_a, rich_run, page):
     assert page.locator(".verdict-blocked").is_visible()
     assert page.get_by_role("link", name="run_child_billing").first.is_visible()
     assert page.get_by_role("button", name="Approve").count() == 0  # a viewer decides nothing
-    shot(page, "run-page")
+    _docs_copy(shot(page, "run-page"), "run-page.png")
     page.locator("#step-3 details.long summary").click()
     assert page.locator("#step-3 details.long").evaluate("d => d.open")
 
@@ -159,4 +160,4 @@ def test_reviewer_sees_the_inbox_card_with_controls_on_the_run_page(reviewer_a, 
     assert card.get_by_role("button", name="Deny").is_visible()
     assert card.get_by_label("Message the model reads").is_visible()
     card.scroll_into_view_if_needed()
-    shot(page, "run-page-reviewer", full_page=False)
+    _docs_copy(shot(page, "run-page-reviewer", full_page=False), "run-page-reviewer.png")

@@ -97,3 +97,48 @@ def test_a_week_axis_starts_on_monday():
     assert week.first == date(2026, 11, 30) and week.total == 7
     assert [t["label"] for t in week.ticks()][:2] == ["Mon 30", "Tue 1"]
     assert week.at(now - timedelta(days=10)) == 0.0  # clamped to the period
+
+
+def _burn(ax, *, days=None, spent, first_today=None):
+    return charts.burn_chart(
+        axis=ax,
+        days=days or {},
+        spent=spent,
+        projected=spent,
+        ceiling=1000,
+        thresholds=[],
+        crossed=[],
+        alerts=[],
+        currency="USD",
+        first_today=first_today,
+    )
+
+
+def test_a_day_budget_draws_todays_spend_from_its_first_spend_not_from_midnight():
+    now = datetime(2026, 12, 3, 15, 0, tzinfo=UTC)  # 16:00 in Berlin
+    day = axis("day", now)
+    first = datetime(2026, 12, 3, 14, 30, tzinfo=UTC)  # 15:30 in Berlin
+    data = _burn(day, spent=1550, first_today=first)
+    assert [(p["x"], p["y"]) for p in data["spent"]] == [(0, 0), (15.5, 0), (16.0, 1550)]
+    assert data["spent"][1]["t"] == "First spend today (15:30)"
+    # Without a known first spend (or nothing spent today) the line is as it was.
+    assert [(p["x"], p["y"]) for p in _burn(day, spent=1550)["spent"]] == [(0, 0), (16.0, 1550)]
+    assert [(p["x"], p["y"]) for p in _burn(day, spent=0, first_today=first)["spent"]] == [
+        (0, 0),
+        (16.0, 0),
+    ]
+
+
+def test_a_month_budget_stays_flat_from_the_day_boundary_until_todays_first_spend():
+    now = datetime(2026, 12, 3, 11, 0, tzinfo=UTC)  # 12:00 in Berlin
+    month = axis("month", now)
+    days = {date(2026, 12, 1): (100, 5), date(2026, 12, 2): (250, 9), date(2026, 12, 3): (50, 1)}
+    first = datetime(2026, 12, 3, 5, 0, tzinfo=UTC)  # 06:00 in Berlin: a quarter of the day
+    data = _burn(month, days=days, spent=400, first_today=first)
+    assert [(p["x"], p["y"]) for p in data["spent"]] == [
+        (0, 0),
+        (1, 100),
+        (2, 350),
+        (2.25, 350),
+        (2.5, 400),
+    ]

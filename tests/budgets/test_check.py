@@ -9,7 +9,7 @@ from django.db import connection
 from django.test import Client
 
 from approvals.models import Approval
-from approvals.selectors import inbox_pending
+from approvals.selectors_desk import decidable_pending
 from budgets.models import BudgetOverride
 from budgets.services import budget_create
 from console.models import Team
@@ -302,10 +302,10 @@ def test_only_the_budgets_leads_decide_its_overrides(
         assert response.json()["error"]["code"] == "may_not_decide"
         assert "leads of the budget 'Support, monthly'" in response.json()["error"]["message"]
     # Reviewers are not shown it as something they may decide.
-    assert approval not in inbox_pending(viewer=reviewer_a)
-    assert approval not in inbox_pending(viewer=lead_a)
+    assert approval not in decidable_pending(viewer=reviewer_a)
+    assert approval not in decidable_pending(viewer=lead_a)
     lena = over.leads.get()
-    assert approval in inbox_pending(viewer=lena)
+    assert approval in decidable_pending(viewer=lena)
     assert decide(lena_decides, approval_id).status_code == 200
 
 

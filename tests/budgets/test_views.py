@@ -22,7 +22,7 @@ from budgets.services import budget_create
 from console.models import AuditEvent, Role, Team, Tenant
 from runs.models import UsageDaily
 from runs.services.writes import _usage_daily_add
-from tests.support.budgets import admit, spend
+from tests.support.budgets import admit, post_events, spend, step
 from tests.support.factories import PrincipalFactory
 
 pytestmark = pytest.mark.django_db
@@ -546,3 +546,59 @@ def test_usage_top_is_the_reports_first_rows_in_its_order(tenant_a, lead_a, team
         assert top["row_count"] == len(report["rows"])
         assert top["rows_cost"] == sum(r["cost_minor_units"] for r in report["rows"])
         assert top["totals"] == report["totals"]
+
+
+# --- the burn chart of today, and a budget made already over ---
+
+
+def test_a_budget_made_mid_day_already_over_draws_from_the_first_spend_and_lists_its_alerts(
+    tenant_a, lead, ingest_a
+):
+    """UX audit: a budget created 155% over lit every alert pill yet said "No threshold
+    reached yet", and its chart drew a straight line from midnight."""
+
+    now = timezone.now()
+    midnight = rules.period_bounds("day", now, rules.zone(tenant_a.time_zone))[0]
+    at = midnight + (now - midnight) / 2  # today, before the budget is made
+    admit(ingest_a, "r1")
+    post_events(ingest_a, "r1", step(1, 1, usage=(1, 1, 155), at=at.isoformat()))
+    made = budget_create(
+        tenant=tenant_a,
+        fields={
+            "name": "Daily",
+            "scope": {"type": "tenant", "id": None},
+            "period": "day",
+            "ceiling_minor_units": 100,
+            "thresholds": [50, 80, 100],
+        },
+    )
+    html = lead.get(f"/budgets/{made.public_id}/").content.decode()
+    data = chart(html, f"burn-{made.public_id}-data")
+    hours = (at - midnight).total_seconds() / 3600
+    start, first, last = data["spent"]
+    assert (start["x"], start["y"]) == (0, 0)
+    assert first["x"] == pytest.approx(hours, abs=1e-3) and first["y"] == 0
+    assert first["t"].startswith("First spend today (")
+    assert last["y"] == 155 and last["x"] >= first["x"]
+    # Every threshold it was past when made is an alert, and the panel says so.
+    assert "No threshold reached yet." not in html
+    alerts = html[html.index('id="budget-alerts"') : html.index('id="budget-overrides"')]
+    assert alerts.count('<span class="tag is-warning is-rounded">') == 3
+    assert len(data["alerts"]) == 3
+
+
+def test_a_budget_with_no_spend_says_no_threshold_was_reached(tenant_a, lead):
+    made = budget_create(
+        tenant=tenant_a,
+        fields={
+            "name": "Quiet",
+            "scope": {"type": "tenant", "id": None},
+            "period": "day",
+            "ceiling_minor_units": 100,
+        },
+    )
+    html = lead.get(f"/budgets/{made.public_id}/").content.decode()
+    assert "No threshold reached yet." in html
+    assert [(p["x"] == 0, p["y"]) for p in chart(html, f"burn-{made.public_id}-data")["spent"]][
+        0
+    ] == (True, 0)

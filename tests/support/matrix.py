@@ -309,6 +309,7 @@ PARAMETERS = {
     "approvalId": "approval",
     "budgetId": "budget",
     "ruleId": "rule",
+    "viewId": "saved_view",  # approvals/views/<view_id>/: a reviewer's saved view of the desk
     "notificationId": "notification",
     "principalId": "principal",
     "keyId": "key",
@@ -343,6 +344,7 @@ def names_an_object(route: str, params) -> bool:
 def build_world() -> World:
     """Tenant A full of objects whose names and ids are secrets; tenant B's admin."""
     from approvals.services.rules import rule_create
+    from approvals.services.saved_views import saved_view_create
     from approvals.services.webhooks import webhook_create
     from budgets.services import budget_create
     from notifications.models import Notification
@@ -382,6 +384,9 @@ def build_world() -> World:
         fields={"name": "acme secret rule", "effect": "approve", "tool_pattern": "acme.*"},
         principal=w.admin_a,
     )
+    saved_view = saved_view_create(
+        viewer=w.admin_a, name="acme secret view", filters={"tool": "acme_secret_tool"}
+    )
     notification = Notification.objects.create(
         tenant=w.tenant_a,
         principal=w.admin_a,
@@ -413,6 +418,7 @@ def build_world() -> World:
         approval=approval,
         budget=budget,
         rule=rule,
+        saved_view=saved_view,
         notification=notification,
         webhook=webhook,
         key=key,
@@ -426,6 +432,7 @@ def build_world() -> World:
         approval=approval.public_id,
         budget=budget.public_id,
         rule=rule.public_id,
+        saved_view=saved_view.public_id,
         notification=notification.public_id,
         webhook=webhook.public_id,
         key=key.public_id,
@@ -511,6 +518,7 @@ PAGE_CAPABILITIES = [
     ("runs/*", frozenset({"view_runs"})),  # access.runs_visible_to / run_for
     ("approvals/", frozenset({"view_runs", "decide"})),  # access.approvals_visible_to
     ("approvals/stats/", frozenset({"manage_rules"})),  # selectors_stats
+    ("approvals/views/*", frozenset({"view_runs", "decide"})),  # access.saved_views_of
     ("approvals/<approval_id>/", frozenset({"view_runs", "decide"})),  # access.approval_for
     ("approvals/<approval_id>/decision/", frozenset({"decide"})),  # access.may_decide
     ("approvals/<approval_id>/extend/", frozenset({"decide"})),  # approval_extend: may_decide
