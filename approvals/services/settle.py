@@ -77,8 +77,9 @@ def _update_returning(approval, pending, fields, *, principal, key, rule) -> boo
     query = pending.query.chain(UpdateQuery)
     query.add_update_values(fields)
     sql, params = query.get_compiler(pending.db).as_sql()
-    table = connections[pending.db].ops.quote_name(Approval._meta.db_table)
-    rows = list(Approval.objects.raw(f"{sql} RETURNING {table}.*", params))
+    quote = connections[pending.db].ops.quote_name
+    columns = ", ".join(quote(field.column) for field in Approval._meta.concrete_fields)
+    rows = list(Approval.objects.raw(f"{sql} RETURNING {columns}", params))
     if len(rows) != 1:
         return False
     (row,) = rows

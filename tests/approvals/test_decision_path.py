@@ -1,0 +1,85 @@
+"""A decision POST's own path: the approval answered is the row as the winning UPDATE ...
+RETURNING wrote it (no read back), and its audit entry is sealed once the answer is sent
+(console.core.links.after_response), not before it."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from approvals.models import Approval
+from approvals.services.decisions import approval_decide
+from console.core import links
+from console.models import AuditEvent
+from tests.support.factories import ApprovalFactory, RunFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def approval(tenant_a):
+    run = RunFactory(tenant=tenant_a, external_id="run_p1")
+    return ApprovalFactory(run=run, tool_call_id="call_1", arguments={"to": "a@x"})
+
+
+def test_the_decided_approval_is_the_row_as_written(approval, reviewer_a):
+    decided = approval_decide(
+        approval=approval, viewer=reviewer_a, decision="approve", arguments={"to": "b@x"}
+    )
+    stored = Approval.objects.get(pk=approval.pk)
+    for field in Approval._meta.concrete_fields:
+        assert getattr(decided, field.attname) == getattr(stored, field.attname), field.name
+    assert stored.status == "approved" and stored.decision_seq == 1
+    assert stored.decided_arguments == {"to": "b@x"}
+    with CaptureQueriesContext(connection) as read:  # the answer's relations stay loaded
+        assert decided.decided_by.external_id == reviewer_a.external_id
+        assert decided.run.external_id == "run_p1"
+    assert read.captured_queries == []
+
+
+def test_the_post_reads_nothing_back_after_its_update(decide_a, approval):
+    path = f"/api/v1/approvals/{approval.public_id}/decision"
+    with CaptureQueriesContext(connection) as queries:
+        response = decide_a.post(path, {"decision": "deny", "message": "no"})
+    assert response.status_code == 200, response.content
+    assert response.json()["status"] == "denied" and response.json()["message"] == "no"
+    sqls = [q["sql"] for q in queries.captured_queries]
+    update = next(i for i, s in enumerate(sqls) if s.startswith('UPDATE "approvals_approval"'))
+    assert "RETURNING" in sqls[update]
+    after = sqls[update + 1 :]
+    assert not [s for s in after if s.startswith("SELECT") and '"approvals_approval"' in s]
+    assert not [s for s in after if s.startswith("SELECT") and 'FROM "runs_run"' in s]
+
+
+@pytest.mark.django_db(transaction=True)  # commits for real: the seal follows the commit
+def test_the_entry_is_sealed_once_the_answer_is_sent(decide_a, approval):
+    path = f"/api/v1/approvals/{approval.public_id}/decision"
+    assert decide_a.post(path, {"decision": "deny"}).status_code == 200
+    entry = AuditEvent.objects.get(action="approval.decided", object_id=approval.public_id)
+    assert entry.hash is not None and entry.chain_seq is not None  # the client closed it
+
+
+def test_after_response_waits_for_a_response_and_runs_once():
+    ran = []
+    assert links.after_response(lambda: ran.append("now")) is False  # no request: caller runs
+    token = links.current_request.set(object())
+    try:
+        assert links.after_response(lambda: ran.append("later")) is True
+    finally:
+        links.current_request.reset(token)
+    assert ran == []
+    links.run_after_response()
+    links.run_after_response()
+    assert ran == ["later"]
+
+
+def test_a_failing_piece_of_work_does_not_skip_the_rest(caplog):
+    ran = []
+    token = links.current_request.set(object())
+    try:
+        links.after_response(lambda: 1 / 0)
+        links.after_response(lambda: ran.append("second"))
+    finally:
+        links.current_request.reset(token)
+    links.run_after_response()
+    assert ran == ["second"]
+    assert "work after the response failed" in caplog.text
