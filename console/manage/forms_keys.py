@@ -21,6 +21,7 @@ SCOPE_CHOICES = (
     ("decide", "decide: decide approvals as its principal"),
     ("manage", "manage: the management API, as its principal"),
     ("scim", "scim: user provisioning from your identity provider (SCIM 2.0; acts as no one)"),
+    ("mcp", "mcp: an MCP client's tool calls through the gateway, as its principal"),
 )
 
 

@@ -49,6 +49,20 @@ def _secret(html: str) -> str:
     return re.search(r'<code id="new-secret" class="secret-value">([^<]+)</code>', html).group(1)
 
 
+def test_an_mcp_key_for_the_gateway_is_made_from_the_page(admin, reviewer_a):
+    # docs/mcp.md: an MCP client's key has the `mcp` scope and acts as a principal
+    page = admin.get("/manage/keys/").content.decode()
+    assert 'value="mcp"' in page
+    response = admin.post(
+        "/manage/keys/",
+        {"name": "claude code", "scopes": ["mcp"], "principal_id": reviewer_a.external_id},
+    )
+    assert response.status_code == 200
+    key = ApiKey.objects.get(name="claude code")
+    assert key.scopes == ["mcp"] and key.principal == reviewer_a
+    assert key.key_hash == hash_key(_secret(response.content.decode()))
+
+
 @pytest.mark.parametrize("page", ["/manage/keys/", "/manage/webhooks/", "/manage/settings/"])
 def test_only_admins_see_the_pages(page, admin, lead_a, viewer_a):
     assert admin.get(page).status_code == 200
@@ -103,6 +117,7 @@ def test_creating_a_key_shows_its_secret_once(admin, admin_a, reviewer_a):
         ({"name": ""}, "name"),
         ({"scopes": []}, "scopes"),
         ({"scopes": ["decide"]}, "principal"),
+        ({"scopes": ["mcp"]}, "principal"),
         ({"principal_id": "ghost"}, "principal"),
         ({"expires_on": "2020-01-01"}, "future"),
         ({"expires_on": "soon"}, "YYYY-MM-DD"),
