@@ -10,18 +10,12 @@ class ConsoleConfig(AppConfig):
         # every sign-in records its time in the session (console.signin's receiver); the sweep
         # seals audit entries whose commit-time seal was skipped (console.services.auditlog)
         # and signs the audit chains' heads (console.services.auditcheckpoints).
-        from django.core.signals import request_finished
-
         from console import checks, deploy_checks  # noqa: F401
         from console.audit import checkpoints as auditcheckpoints
         from console.audit import log as auditlog
-        from console.core import links, outbox  # noqa: F401
+        from console.core import outbox  # noqa: F401
         from console.directory import signin  # noqa: F401
         from console.live import realtime  # noqa: F401
-
-        # Work kept for after a response (console.core.links.after_response: an audit seal)
-        # runs at the latest when a response is closed.
-        request_finished.connect(links.run_after_response, dispatch_uid="gavel-after-response")
 
         outbox.register(
             outbox.Sender(

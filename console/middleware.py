@@ -339,9 +339,7 @@ class XFrameOptionsMiddleware(OnTheLoop, clickjacking.XFrameOptionsMiddleware):
 
 class RequestBaseMiddleware:
     """Remembers the request for the code under it (`console.links`: without
-    GAVEL_PUBLIC_URL, links in mail point at the address of the request that caused them), and
-    runs the `links.after_response` work once its response is sent (request_finished runs
-    what an outer middleware's replaced response left).
+    GAVEL_PUBLIC_URL, links in mail point at the address of the request that caused them).
     Sync and async capable, like every middleware here."""
 
     sync_capable = True
@@ -357,19 +355,13 @@ class RequestBaseMiddleware:
             return self._acall(request)
         token = links.current_request.set(request)
         try:
-            response = self.get_response(request)
+            return self.get_response(request)
         finally:
             links.current_request.reset(token)
-        # Before request_finished's receivers (close_old_connections): on this connection.
-        response._resource_closers.append(links.run_after_response)
-        return response
 
     async def _acall(self, request):
         token = links.current_request.set(request)
         try:
-            response = await self.get_response(request)
+            return await self.get_response(request)
         finally:
             links.current_request.reset(token)
-        # Before request_finished's receivers (close_old_connections): on this connection.
-        response._resource_closers.append(links.run_after_response)
-        return response

@@ -103,9 +103,8 @@ def audit(
 
 
 def _seal_on_commit(tenant_id: int) -> None:
-    """Once per transaction and tenant: seal after commit — on a request, once its response is
-    sent (skipped, never waited for, while another process seals the tenant; the sweep and the
-    next seal catch up)."""
+    """Once per transaction and tenant: seal right after commit (skipped, never waited for,
+    while another process seals the tenant; the sweep and the next seal catch up)."""
     connection = transaction.get_connection()
     if any(
         getattr(func, "gavel_seal_tenant", None) == tenant_id
@@ -113,17 +112,11 @@ def _seal_on_commit(tenant_id: int) -> None:
     ):
         return
 
-    def seal_now():
+    def seal():
         try:
             audit_seal(tenant_id=tenant_id, wait=False)
         except DatabaseError:
             log.warning("sealing tenant %s's audit entries failed; retried later", tenant_id)
-
-    def seal():
-        # Off the answer's path: a request's entries are sealed once its response is sent
-        # (committed already; a crash before then leaves them to the sweep, as a skipped seal).
-        if not links.after_response(seal_now):
-            seal_now()
 
     seal.gavel_seal_tenant = tenant_id
     transaction.on_commit(seal, robust=True)

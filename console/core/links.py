@@ -5,8 +5,6 @@ The base is `GAVEL_PUBLIC_URL`; unset, the address of the request that caused th
 else `http://localhost:8000` (a sweep, a management command).
 """
 
-import logging
-import threading
 from contextvars import ContextVar
 from urllib.parse import urlsplit
 
@@ -15,35 +13,6 @@ from django.core.exceptions import DisallowedHost
 
 OFF_REQUEST_BASE = "http://localhost:8000"
 current_request: ContextVar = ContextVar("gavel_current_request", default=None)
-log = logging.getLogger("console.links")
-_after_response: list = []  # work waiting for a response to be sent (any request's)
-_after_response_lock = threading.Lock()
-
-
-def after_response(func) -> bool:
-    """Run `func` once a response is sent, off the answer's path: the request being served
-    ends with its response's close (Django's handlers and the test client close every
-    response once it is sent; `run_after_response` runs then). False when no request is being
-    served: the caller runs `func` itself. Only for work that may also run late or early
-    (sealing committed audit entries: the sweep catches up if the process dies first)."""
-    if current_request.get() is None:
-        return False
-    with _after_response_lock:
-        _after_response.append(func)
-    return True
-
-
-def run_after_response(**kwargs) -> None:
-    """Everything `after_response` holds (a response was closed: ours, or a concurrent
-    request's a moment earlier, which only runs the work sooner)."""
-    with _after_response_lock:
-        pending = _after_response[:]
-        _after_response.clear()
-    for func in pending:
-        try:
-            func()
-        except Exception:  # one failure must not skip the rest (close() hides errors)
-            log.exception("work after the response failed")
 
 
 def public_base() -> str:
