@@ -112,7 +112,10 @@ def _publish_without_tenant_facts(tenant) -> None:
 
 
 async def _until_card(socket) -> str:
-    return (await frames_until(socket, lambda f: "approval-" in f and "payments" in f))[-1]
+    # 15 s: under CI's load the inbox's render of a hint without facts took over 5 s once
+    return (await frames_until(socket, lambda f: "approval-" in f and "payments" in f, timeout=15))[
+        -1
+    ]
 
 
 async def test_h1_an_approval_cards_facts_are_not_shared_between_tenants(tenant_a, tenant_b):
