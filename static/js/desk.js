@@ -300,6 +300,13 @@
       }
     });
     if (next) focusRow(next);
+    else {
+      // Nothing loaded stays after them (the next page may still be arriving): the focus goes
+      // to whatever takes the first decided row's place, not to the end of the list.
+      var places = ids.map(function (id) { return all.indexOf(rowOf(id)); })
+        .filter(function (i) { return i >= 0; });
+      if (places.length) currentIndex = Math.min.apply(null, places);
+    }
     clearSelection();
     say((decision === "approve" ? "Approving " : "Denying ") + ids.length + (ids.length === 1 ? " call…" : " calls…"));
     fetch("/api/v1/approvals/decisions", {
