@@ -16,6 +16,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from console.core import serving  # noqa: E402
 from console.core.bodylimit import BodyLimit  # noqa: E402
 from console.live import frames as wsframes  # noqa: E402
+from console.live import realtime  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
 from gateway.asgi import mount as mcp_beside  # noqa: E402
 from ops import serving as ops_serving  # noqa: E402
@@ -23,14 +24,18 @@ from ops import serving as ops_serving  # noqa: E402
 serving.install()  # under daphne: its HTTP edge bounded (a no-op under any other server)
 ops_serving.install()  # under daphne: warm before ready, drain on SIGTERM (ops/serving.py)
 
-application = ProtocolTypeRouter(
-    {
-        "http": BodyLimit(mcp_beside(django_asgi_app)),  # /mcp/{name}: gateway/asgi.py
-        # wsframes.capture: live frames go straight to daphne's transport (console/wsframes.py)
-        "websocket": wsframes.capture(
-            ops_serving.sockets(  # counted, and closed with 1012 on SIGTERM
-                AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
-            )
-        ),
-    }
+application = realtime.serving(  # its loops are servers' loops (console/live/realtime.py)
+    ProtocolTypeRouter(
+        {
+            "http": BodyLimit(mcp_beside(django_asgi_app)),  # /mcp/{name}: gateway/asgi.py
+            # wsframes.capture: live frames go straight to daphne's transport (console/wsframes.py)
+            "websocket": wsframes.capture(
+                ops_serving.sockets(  # counted, and closed with 1012 on SIGTERM
+                    AllowedHostsOriginValidator(
+                        AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+                    )
+                )
+            ),
+        }
+    )
 )

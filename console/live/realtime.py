@@ -65,14 +65,32 @@ def session_tag(session_key: str | None) -> str | None:
     return hashlib.sha256(session_key.encode()).hexdigest()[:24]
 
 
+_server_loops: weakref.WeakSet = weakref.WeakSet()
+
+
+def serving(app):
+    """Wrap the ASGI application: the loops it is called on are servers' loops (daphne's), which
+    live as long as the process. Sync code in their threads publishes on them (`_outer_loop`)."""
+
+    async def application(scope, receive, send):
+        _server_loops.add(asyncio.get_running_loop())
+        return await app(scope, receive, send)
+
+    return application
+
+
 def _outer_loop():
     """The server's event loop when this is one of its sync threads (a sync view under daphne,
-    or database_sync_to_async), else None."""
+    or database_sync_to_async), else None. Only a server's loop: the short-lived loop that
+    async_to_sync makes for an async view under WSGI (the test live server) may stop between
+    the check and the send, and a send scheduled on a stopped loop would block its caller
+    for SEND_TIMEOUT (it did: a background task of the decisions long-poll, run in the
+    request's own thread while that loop was closing, held the answer 5 s)."""
     local = SyncToAsync.threadlocal
     loop = getattr(local, "main_event_loop", None)
     if loop is None or getattr(local, "main_event_loop_pid", None) != os.getpid():
         return None
-    return loop if loop.is_running() else None
+    return loop if loop in _server_loops and loop.is_running() else None
 
 
 class _PublisherLoop:

@@ -148,3 +148,26 @@ def test_a_sync_publish_sends_every_group_in_one_hop_concurrently(monkeypatch):
     assert started == ["g.run", "g.bad", "g.inbox"]  # in the order given: the run's first
     assert sorted(finished) == [("g.inbox", 1), ("g.run", 1)]
     assert took < 0.12  # concurrent: about one send's time, not three
+
+
+def test_sync_code_publishes_on_a_servers_loop_only():
+    """A sync view's thread under daphne publishes on daphne's loop; the short-lived loop that
+    async_to_sync makes for an async view under WSGI is never used (it may stop between the
+    check and the send, and the sender would then wait SEND_TIMEOUT for nothing)."""
+    from asgiref.sync import async_to_sync, sync_to_async
+
+    seen = {}
+
+    async def async_view(name):
+        seen[name] = await sync_to_async(realtime._outer_loop)()
+        return asyncio.get_running_loop()
+
+    loop = async_to_sync(async_view)("wsgi")
+    assert seen["wsgi"] is None and loop is not None  # not a server's loop
+
+    async def app(scope, receive, send):
+        seen["server"] = await sync_to_async(realtime._outer_loop)()
+        seen["running"] = asyncio.get_running_loop()
+
+    async_to_sync(realtime.serving(app))({"type": "http"}, None, None)
+    assert seen["server"] is seen["running"]  # the loop the application was called on
