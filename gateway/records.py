@@ -434,19 +434,20 @@ def _record_run(items: list) -> int:
     if events:
         _apply(session=session, run=run, events=events)
     now = timezone.now()
-    for call, result, key, lost in done:
+    gated = [c for c, _, _, _ in done if c.passed_by != READ_ONLY and not run.is_finished]
+    approvals = _approvals_of(run=run, calls=gated)  # one read for the batch
+    gated_pks = {call.pk for call in gated}
+    for call, result, _key, _lost in done:
         approval = None
-        if call.passed_by != READ_ONLY and not run.is_finished:
-            approval = _approved_by(run=run, call=call)
-        McpCall.objects.filter(pk=call.pk).update(
-            step=call.step,
-            approval=approval,
-            state=CallState.DONE,
-            result=result,
-            finished_at=now,
-            recorded=True,
-        )
+        if call.pk in gated_pks:
+            approval = _approved_by(run=run, call=call, approval=approvals.get(call.tool_call_id))
         call.approval = approval
+        call.state, call.result, call.finished_at, call.recorded = CallState.DONE, result, now, True
+    McpCall.objects.bulk_update(  # one statement for the batch
+        [call for call, _, _, _ in done],
+        ["step", "approval", "state", "result", "finished_at", "recorded"],
+    )
+    for call, result, key, lost in done:
         _audit_finish(call=call, result=result, key=key, forwarded=True, lost=lost)
     closed = McpSession.objects.filter(pk=session.pk, closed_at__isnull=False)
     reason = closed.values_list("close_reason", flat=True).first()
@@ -459,12 +460,19 @@ def _renumbered(events: list, *, first: int) -> list:
     return [{**event, "seq": first + i} for i, event in enumerate(events)]
 
 
-def _approved_by(*, run, call: McpCall):
+def _approvals_of(*, run, calls: list) -> dict:
+    """The approvals of these calls' steps, by tool call id."""
+    if not calls:
+        return {}
+    ids = [call.tool_call_id for call in calls]
+    return {a.tool_call_id: a for a in Approval.objects.filter(run=run, tool_call_id__in=ids)}
+
+
+def _approved_by(*, run, call: McpCall, approval):
     """The passed call's approval, as the rule that passed it decided it. The rules decided
     it again in the request (the same rule, unless a rule changed in the milliseconds
     between): one left pending is settled by the rule that passed it; the audit entry of
     the call names that rule either way."""
-    approval = Approval.objects.filter(run=run, tool_call_id=call.tool_call_id).first()
     if approval is None or approval.status != ApprovalStatus.PENDING:
         return approval
     rule = Rule.objects.filter(tenant_id=call.tenant_id, public_id=call.passed_by).first()
