@@ -283,9 +283,8 @@ async def _forward(*, call, key, arguments) -> CallToolResult:
 async def _send(*, call, key, arguments) -> CallToolResult:
     """The claimed call upstream; its result recorded right after it is answered."""
     try:
-        result = await upstream.request(
-            call.server,
-            lambda s: s.call_tool(call.tool, arguments if arguments is not None else {}),
+        result = await upstream.call_tool(
+            call.server, call.tool, arguments if arguments is not None else {}
         )
         body = result.model_dump(mode="json", by_alias=True, exclude_none=True)
     except upstream.UpstreamError as exc:

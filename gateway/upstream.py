@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import anyio
 import httpx2
+import mcp_types as types
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from mcp import ClientSession
@@ -232,6 +233,15 @@ async def request(server: McpServer, call):
             if attempt == 2:
                 raise UpstreamError(outbound.CONNECTION_FAILED) from None
     raise UpstreamError(outbound.CONNECTION_FAILED)
+
+
+async def call_tool(server: McpServer, tool: str, arguments: dict) -> types.CallToolResult:
+    """`tools/call` on the upstream, its result as the upstream sent it. Not checked against
+    the tool's output schema here (the SDK's `call_tool` does, and reads `tools/list` first
+    on a session that has not listed): the client at the other end checks the result it
+    receives, so the gateway's check would only cost a call's time."""
+    call = types.CallToolRequest(params=types.CallToolRequestParams(name=tool, arguments=arguments))
+    return await request(server, lambda s: s.send_request(call, types.CallToolResult))
 
 
 async def tools_of(server: McpServer, *, fresh: bool = False) -> dict:
