@@ -59,6 +59,9 @@ def control(frame: str) -> dict | None:
     return None
 
 
-async def hello(communicator) -> list[str]:
-    """Everything up to the `hello` control frame (the state sent on subscribe)."""
-    return await frames_until(communicator, lambda f: (control(f) or {}).get("live") == "hello")
+async def hello(communicator, timeout: float = 15) -> list[str]:
+    """Everything up to the `hello` control frame (the state sent on subscribe). Waits up to
+    15 s a frame: a socket's first render took over 5 s once under CI's load."""
+    return await frames_until(
+        communicator, lambda f: (control(f) or {}).get("live") == "hello", timeout
+    )
