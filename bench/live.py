@@ -26,7 +26,8 @@ TRIALS = support.size("BENCH_LIVE_TRIALS", 200, 20)
 CLIENTS = support.size("BENCH_LIVE_CLIENTS", 1000, 50)
 IDLE_SECONDS = support.size("BENCH_LIVE_IDLE_SECONDS", 10.0, 2.0)
 PASSWORD = "bench-pass-123"
-TOOL = re.compile(r'class="tool-name">(bench_tool_\d+)<')
+# The held call's tool in the desk row the inbox socket sends (templates/approvals/desk_row.html).
+TOOL = re.compile(r"<code>(bench_tool_\d+)</code>")
 
 
 def pct(values: list[float], q: float) -> float:
