@@ -25,6 +25,7 @@ def pytest_configure(config):
     loopback_only.install()
     _fast_password_hasher()
     _redis_prefix_of_this_worker()
+    _roomier_pool_in_this_process()
 
 
 def _fast_password_hasher():
@@ -41,6 +42,22 @@ def _fast_password_hasher():
     ]
     hashers.get_hashers.cache_clear()
     hashers.get_hashers_by_algorithm.cache_clear()
+
+
+def _roomier_pool_in_this_process():
+    """The test process's PostgreSQL pool may count up to 200 connections (the servers it
+    starts keep DB_POOL_MAX). The socket tests run each test on an event loop of its own, and
+    an executor thread of a closed loop can end with a connection still checked out:
+    PostgreSQL closes it (the backends stay at a handful), but the pool keeps counting it,
+    about one a test. At the default cap of 20 the consumers of the tests that came late in a
+    whole run waited for a connection until PoolTimeout (CI: tests/security/test_live.py's
+    H1 tests, three runs in a row). A server process runs one loop for its life: no such
+    leak there."""
+    from django.conf import settings
+
+    pool = settings.DATABASES["default"].get("OPTIONS", {}).get("pool")
+    if isinstance(pool, dict):
+        pool["max_size"] = max(pool.get("max_size", 0), 200)
 
 
 def _redis_prefix_of_this_worker():
