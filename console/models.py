@@ -4,7 +4,7 @@ import hashlib
 import secrets
 
 from django.conf import settings
-from django.db import models
+from django.db import connections, models
 from django.utils import timezone
 
 from console.core import auditchain
@@ -209,6 +209,27 @@ class AuditQuerySet(models.QuerySet):
         return super(AuditQuerySet, self.filter(hash__isnull=True)).update(
             chain_seq=chain_seq, prev_hash=prev_hash, hash=hash
         )
+
+    def seal_many(self, seals: list[tuple[int, int, str | None, str]]) -> int:
+        """`seal` for many unsealed entries in one UPDATE: `seals` is (id, chain_seq,
+        prev_hash, hash) each. Written as SQL (an UPDATE from a VALUES list, which PostgreSQL
+        and SQLite both run): the ORM's CASE per column cost ~2 ms of Python a row."""
+        if not seals:
+            return 0
+        connection = connections[self.db]
+        quote = connection.ops.quote_name
+        table = quote(self.model._meta.db_table)
+        values = ", ".join(["(%s, %s, %s, %s)"] * len(seals))
+        sql = (  # identifiers from the model, every value a parameter
+            f"UPDATE {table} SET chain_seq = CAST(v.column2 AS bigint), "  # noqa: S608
+            "prev_hash = CAST(v.column3 AS varchar(64)), hash = CAST(v.column4 AS varchar(64)) "
+            f"FROM (VALUES {values}) AS v "
+            f"WHERE {table}.id = CAST(v.column1 AS bigint) AND {table}.hash IS NULL"
+        )
+        params = [value for row in seals for value in row]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount
 
 
 class AuditEvent(models.Model):
