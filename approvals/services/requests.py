@@ -6,12 +6,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Max
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
-from approvals.services.rules import approvals_decide_by_rules
-from approvals.services.settle import approval_mirror_targets
+from approvals.services.rules import approvals_rule_decisions
+from approvals.services.settle import approval_mirror_targets, approvals_insert
 from approvals.services.webhooks import webhooks_approval_requested
 from console.core.errors import Conflict
 from console.live import realtime
@@ -32,50 +31,55 @@ def approvals_request(
     sets the run's status: runs.services.common.calls_hold).
 
     A call is a dict of tool_call_id, tool_name, arguments, reason, rejection_message and
-    optional sub_run_tool_call_id / expires_at (default: the tenant's approval time to live).
+    optional sub_run_tool_call_id / expires_at (default: the tenant's approval time to live)
+    / step / requested_at (each call's own, over `step` and `requested_at`).
     A tool call id the run already holds is a Conflict. The calls a lasting rule matches are
-    decided here and now (created, then decided, in this transaction); webhooks hear
-    `approval.requested` only of the calls left to a human. `rule_hits` (a Counter): the
-    caller's unit of work counts the rules' hits and writes them once, at its end.
+    decided here and now (inserted decided: approvals/services/settle.approvals_insert);
+    webhooks hear `approval.requested` only of the calls left to a human. `rule_hits` (a
+    Counter): the caller's unit of work counts the rules' hits and writes them once, at its
+    end.
     """
-    ids = [c["tool_call_id"] for c in calls]
-    held = list(
-        Approval.objects.filter(run=run, tool_call_id__in=ids).values("tool_call_id", "status")
-    )
-    if held:
+    now = requested_at or timezone.now()
+    ttl = timedelta(seconds=run.tenant.approval_ttl_seconds)
+    ids = [call["tool_call_id"] for call in calls]
+    if len(set(ids)) < len(ids):  # asked twice in one go: as if held already
+        twice = sorted({i for i in ids if ids.count(i) > 1})
         raise Conflict(
             "the run already holds approvals for these tool calls",
             code="approval_exists",
-            details={
-                "held": [{"toolCallId": h["tool_call_id"], "status": h["status"]} for h in held]
-            },
+            details={"held": [{"toolCallId": i, "status": "pending"} for i in twice]},
         )
-    now = requested_at or timezone.now()
-    default_expiry = now + timedelta(seconds=run.tenant.approval_ttl_seconds)
-    first = (Approval.objects.filter(run=run).aggregate(m=Max("position"))["m"] or 0) + 1
     rows = [
         Approval(
             tenant_id=run.tenant_id,
             run=run,
-            step=step,
-            position=first + i,
+            step=call.get("step", step),
             tool_call_id=call["tool_call_id"],
             tool_name=call["tool_name"],
             arguments=call.get("arguments"),
             reason=call.get("reason") or "",
             rejection_message=call.get("rejection_message") or "",
             sub_run_tool_call_id=call.get("sub_run_tool_call_id"),
-            requested_at=now,
-            expires_at=call.get("expires_at") or default_expiry,
+            requested_at=call.get("requested_at") or now,
+            expires_at=call.get("expires_at") or (call.get("requested_at") or now) + ttl,
         )
-        for i, call in enumerate(calls)
+        for call in calls
     ]
-    Approval.objects.bulk_create(rows)
-    realtime.approvals_changed(
-        run=run, approval_ids=[r.public_id for r in rows], change="requested"
-    )
-    decided = approvals_decide_by_rules(run=run, approvals=rows, hits=rule_hits)
-    for_people = [r for r in rows if r.pk not in decided]
+    decisions = approvals_rule_decisions(run=run, approvals=rows, hits=rule_hits)
+    if not approvals_insert(run=run, rows=rows, decisions=decisions):
+        ids = [row.tool_call_id for row in rows]
+        held = Approval.objects.filter(run=run, tool_call_id__in=ids)
+        raise Conflict(
+            "the run already holds approvals for these tool calls",
+            code="approval_exists",
+            details={
+                "held": [
+                    {"toolCallId": h["tool_call_id"], "status": h["status"]}
+                    for h in held.values("tool_call_id", "status")
+                ]
+            },
+        )
+    for_people = [r for r in rows if r.status == ApprovalStatus.PENDING]
     webhooks_approval_requested(approvals=for_people)
     _mail_later(run=run, approvals=for_people)
     return rows

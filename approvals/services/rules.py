@@ -7,8 +7,9 @@ batch reads that version once, whatever the number of rules or calls (on the eve
 comes with the run's locking query itself; elsewhere it is one small query); only when it moved
 are the rules read and compiled again. So a rule saved through one process applies to the next
 call ingested through any other, and a batch costs no query per rule and none per call that no
-rule decides. A call a rule decides is settled by the one writer (approvals/services/settle.py)
-with the rule as its actor; the rules' `hits` grow in one atomic UPDATE per batch.
+rule decides. A call a rule decides is inserted decided by the one writer
+(approvals/services/settle.py, `approvals_insert`) with the rule as its actor; the rules' `hits`
+grow in one atomic UPDATE per batch.
 
 A rule is its authors': the principal who made it and every principal who changed it since
 (`Rule.editors`). Saving needs the right to decide every tool its pattern names (console.access
@@ -33,7 +34,6 @@ from approvals import access as approvals_access
 from approvals.models import Approval, ApprovalStatus, Rule, RuleVersion
 from approvals.rules import Call, RuleSet, RuleSpec
 from approvals.schemas_rules import DEFAULTS, rule_fields_checked, rule_wire
-from approvals.services.settle import approval_settle
 from console.directory.services import audit
 
 # wire field (snake_case) -> the model's field
@@ -201,11 +201,12 @@ def _facts(run, ruleset: RuleSet) -> dict:
     }
 
 
-def rule_approving(*, run, tool_name: str, arguments) -> RuleSpec | None:
+def rule_approving(*, run, tool_name: str, arguments, authority_of=None) -> RuleSpec | None:
     """The lasting rule that would approve this call of `run` now, or None (a deny rule, no
     rule, or one whose authors may not): the MCP gateway asks before it sends a call upstream
     that no person needs to see first (gateway/flow.py). Nothing is written. One small query
-    (the rules version), and the authors' roles only when a rule matches."""
+    (the rules version), and the authors' roles only when a rule matches. `authority_of`:
+    the caller's RuleAuthority for a rule set (one it keeps a while), else a new one."""
     version = rules_version(tenant_id=run.tenant_id)
     if not version:
         return None
@@ -218,7 +219,7 @@ def rule_approving(*, run, tool_name: str, arguments) -> RuleSpec | None:
         call,
         now=timezone.now(),
         allow_self_approval=tenant.allow_self_approval,
-        authority=approvals_access.RuleAuthority(ruleset),
+        authority=(authority_of or approvals_access.RuleAuthority)(ruleset),
     )
     if outcome.decision != "approve" or outcome.rule is None:
         return None
@@ -239,53 +240,54 @@ def rule_hits_add(*, counts: Counter, now=None) -> None:
     )
 
 
-def approvals_decide_by_rules(*, run, approvals: list[Approval], hits: Counter | None = None):
-    """Decide the new approvals (inside their requesting transaction) that a rule of the tenant
-    matches; returns their ids. Each is settled by the one writer with the rule as its actor:
-    a deny rule's message (else the call's rejection message) is what the model reads, an
-    approval runs the requested arguments. Undecided calls cost nothing here. The rules' hits
-    go into `hits` (the caller writes them at the end of its batch), else are written now."""
+def approvals_rule_decisions(*, run, approvals: list[Approval], hits: Counter | None = None):
+    """What the tenant's lasting rules decide of these new approvals (not yet written: their
+    requesting transaction inserts them decided, approvals/services/settle.approvals_insert):
+    row index -> (status, message, arguments, rule). A deny rule's message (else the call's
+    rejection message) is what the model reads; an approval runs the requested arguments.
+    Undecided calls cost nothing here. The rules' hits go into `hits` (the caller writes
+    them at the end of its batch), else are written now."""
     if hasattr(run, "rules_version"):  # read with the run's lock (console.access.run_locked)
         version = run.rules_version or 0
     else:
         version = rules_version(tenant_id=run.tenant_id)
     if not version:
-        return set()
+        return {}
     tenant = run.tenant
     ruleset = ruleset_for(tenant=tenant, version=version)
     if not len(ruleset):
-        return set()
+        return {}
     facts, now = _facts(run, ruleset), timezone.now()
     allow = tenant.allow_self_approval
-    authority = approvals_access.RuleAuthority(ruleset)
-    decided, counted = set(), Counter()
-    for approval in approvals:
+    authority = _authority_of_unit(run, ruleset)
+    decisions, counted = {}, Counter()
+    for index, approval in enumerate(approvals):
         call = Call(tool_name=approval.tool_name, arguments=approval.arguments, **facts)
         outcome = ruleset.decide(call, now=now, allow_self_approval=allow, authority=authority)
-        if outcome.rule is not None and _settle(approval, outcome.rule.spec):
-            decided.add(approval.pk)
+        if outcome.rule is not None and approval.expires_at > now:
+            decisions[index] = _decision(approval, outcome.rule.spec)
             counted[outcome.rule.spec.source.pk] += 1
     if hits is not None:
         hits.update(counted)
     else:
         rule_hits_add(counts=counted, now=now)
-    return decided
+    return decisions
 
 
-def _settle(approval: Approval, spec: RuleSpec) -> bool:
+def _authority_of_unit(run, ruleset: RuleSet):
+    """One RuleAuthority per unit of work (RuleAuthority's own rule: one per batch): an
+    ingest batch's held calls, each requested on its own, share their run's instance, so the
+    rules' authors' roles are read once for the batch, not once per call."""
+    kept = run.__dict__.get("_gavel_rule_authority")
+    if kept is None or kept[0] is not ruleset:
+        kept = (ruleset, approvals_access.RuleAuthority(ruleset))
+        run.__dict__["_gavel_rule_authority"] = kept
+    return kept[1]
+
+
+def _decision(approval: Approval, spec: RuleSpec) -> tuple:
     deny = spec.effect == "deny"
     status = ApprovalStatus.DENIED if deny else ApprovalStatus.APPROVED
     message = (spec.message or approval.rejection_message) if deny else spec.message
     arguments = None if deny else approval.arguments
-    won = approval_settle(
-        approval=approval,
-        status=status,
-        message=message,
-        arguments=arguments,
-        rule=spec.source,
-        action="approval.decided",
-    )
-    if won:  # the caller's rows say what the database now holds
-        approval.status, approval.message, approval.decided_arguments = status, message, arguments
-        approval.decided_by_rule = spec.source
-    return won
+    return status, message, arguments, spec.source

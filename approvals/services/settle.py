@@ -5,17 +5,20 @@ A decision is one conditional UPDATE (`status='pending'` → decided) plus its A
 transaction. The runs' rows are locked first, in primary-key order, so that a run's decisions
 get gap-free, ordered cursors (`decision_seq`) and commit in that order (ingest locks the run
 too); the conditional UPDATE is what picks the single winner. A parent's mirrored approval and
-the parked child's call are the same call and are settled together.
+the parked child's call are the same call and are settled together. A call a lasting rule
+decides as it is asked is born decided (`approvals_insert`): the same fields, cursor, audit
+entry, live update and webhook, written with its row.
 """
 
 from django.db import connections, transaction
-from django.db.models import Exists, Max, OuterRef, Subquery, Value
+from django.db.models import Count, Exists, Max, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus, Webhook
 from approvals.services.webhooks import webhooks_approval_decided
+from console.audit.log import audit_many
 from console.directory.services import audit
 from console.live import realtime
 from runs.models import Run
@@ -57,6 +60,25 @@ def _lock_runs(run_ids) -> set[int]:
     return {tenant_id for tenant_id, has in rows if has}
 
 
+def _lock_run_once(run) -> set[int]:
+    """`_lock_runs` of one run, once per transaction: a unit of work deciding many calls of
+    its run (an ingest batch requesting them one by one) locks it on the first. The mark is
+    a no-op commit hook of this transaction: gone at its commit or rollback (or with a
+    rolled-back savepoint that took the lock), so a later transaction locks again."""
+    kept = run.__dict__.get("_gavel_run_locked")
+    pending = transaction.get_connection().run_on_commit
+    if kept is not None and any(func is kept[0] for _, func, _ in pending):
+        return kept[1]
+    hooked = _lock_runs([run.pk])
+
+    def mark() -> None:
+        return None
+
+    transaction.on_commit(mark)
+    run.__dict__["_gavel_run_locked"] = (mark, hooked)
+    return hooked
+
+
 def _next_decision_seq(run_id: int):
     """The run's next decision cursor, computed by the UPDATE that takes it (under the run's
     lock, so gap-free): no read of its own before the write."""
@@ -90,6 +112,93 @@ def _update_returning(approval, pending, fields, *, principal, key, rule) -> boo
     return True
 
 
+def _decided_entry(approval, *, status, message, arguments, principal, key, rule, action, via):
+    """The audit entry of a decision (`audit`'s arguments)."""
+    return {
+        "tenant": approval.run.tenant,
+        "action": action,
+        "object_type": "approval",
+        "object_id": approval.public_id,
+        "principal": principal,
+        "key": key,
+        "rule": rule,  # the actor of a rule's decision
+        "data": {
+            "runId": approval.run.external_id,
+            "toolCallId": approval.tool_call_id,
+            "toolName": approval.tool_name,
+            "status": status,
+            "message": message,
+            "argumentsEdited": arguments is not None and arguments != approval.arguments,
+            **({"via": via} if via else {}),
+        },
+    }
+
+
+def approvals_insert(*, run, rows: list[Approval], decisions: dict) -> bool:
+    """Insert a run's new approvals, numbered after its others, in one INSERT; those a
+    lasting rule decided as they were asked (`decisions`: row index -> (status, message,
+    arguments, rule)) are born decided: their decision is written with the row (not by an
+    UPDATE after it), and each gets what `approval_settle` gives a rule's decision — its
+    decision cursor (the run's row locked first, so cursors stay gap-free and ordered), its
+    audit entry (one INSERT for them all), its live update and its webhook. A row already
+    past its expiry is never approved: it is left pending (the expiry clock takes it). One
+    read before the INSERT: the run's last position and cursor, and whether it holds one of
+    these tool calls already (False then, nothing written)."""
+    now = timezone.now()
+    decided = [i for i in sorted(decisions) if rows[i].expires_at > now]
+    hooked: set[int] = set()
+    if decided:
+        hooked = _lock_run_once(run)
+    ids = [row.tool_call_id for row in rows]
+    top = Approval.objects.filter(run_id=run.pk).aggregate(
+        position=Max("position"),
+        cursor=Max("decision_seq"),
+        held=Count("pk", filter=Q(tool_call_id__in=ids)),
+    )
+    if top["held"]:
+        return False
+    for position, row in enumerate(rows, start=(top["position"] or 0) + 1):
+        row.position = position
+    if decided:
+        for seq, index in enumerate(decided, start=(top["cursor"] or 0) + 1):
+            status, message, arguments, rule = decisions[index]
+            row = rows[index]
+            row.status, row.message, row.decided_arguments = status, message, arguments
+            row.decided_by_rule, row.decided_at, row.decision_seq = rule, now, seq
+    Approval.objects.bulk_create(rows)
+    for row in rows:  # nothing mirrors a call held just now: settling it looks for no mirror
+        row.mirrored = False
+    realtime.approvals_changed(
+        run=run, approval_ids=[r.public_id for r in rows], change="requested"
+    )
+    if not decided:
+        return True
+    born = [rows[i] for i in decided]
+    for status in sorted({row.status for row in born}):
+        ids = [row.public_id for row in born if row.status == status]
+        realtime.approvals_changed(run=run, approval_ids=ids, change=status)
+    audit_many(
+        [
+            _decided_entry(
+                row,
+                status=row.status,
+                message=row.message,
+                arguments=row.decided_arguments,
+                principal=None,
+                key=None,
+                rule=row.decided_by_rule,
+                action="approval.decided",
+                via=None,
+            )
+            for row in born
+        ]
+    )
+    if run.tenant_id in hooked:
+        for row in born:
+            webhooks_approval_decided(approval_id=row.pk, tenant_id=row.tenant_id)
+    return True
+
+
 def _settle_one(
     approval, *, status, message, arguments, principal, key, rule, now, action, via, hooked
 ) -> bool:
@@ -115,22 +224,17 @@ def _settle_one(
     # is sealed (on_commit callbacks run in the order they were registered).
     realtime.approvals_changed(run=approval.run, approval_ids=[approval.public_id], change=status)
     audit(
-        tenant=approval.run.tenant,
-        action=action,
-        object_type="approval",
-        object_id=approval.public_id,
-        principal=principal,
-        key=key,
-        rule=rule,  # the actor of a rule's decision
-        data={
-            "runId": approval.run.external_id,
-            "toolCallId": approval.tool_call_id,
-            "toolName": approval.tool_name,
-            "status": status,
-            "message": message,
-            "argumentsEdited": arguments is not None and arguments != approval.arguments,
-            **({"via": via} if via else {}),
-        },
+        **_decided_entry(
+            approval,
+            status=status,
+            message=message,
+            arguments=arguments,
+            principal=principal,
+            key=key,
+            rule=rule,
+            action=action,
+            via=via,
+        )
     )
     if approval.tenant_id in hooked:
         webhooks_approval_decided(approval_id=approval.pk, tenant_id=approval.tenant_id)

@@ -314,3 +314,20 @@ def calls_hold(
         run_status_set(run=run, status=RunStatus.AWAITING_APPROVAL, writes=w)
         w.what.add("approvals")
     return rows
+
+
+def calls_hold_later(*, run: Run, calls: list[dict], writes: RunWrites) -> None:
+    """`calls_hold` within an ingest batch: the run awaits approval now, its approvals are
+    requested together (`calls_held_now`), before the next event that could look at them and
+    at the batch's end (a batch of many steps, each holding a call, asks once, not once a
+    step). Each call carries its `step` and `requested_at`."""
+    run_status_set(run=run, status=RunStatus.AWAITING_APPROVAL, writes=writes)
+    writes.what.add("approvals")
+    writes.held_later.extend(calls)
+
+
+def calls_held_now(*, run: Run, writes: RunWrites) -> None:
+    """The approvals `calls_hold_later` gathered, requested in one go."""
+    if writes.held_later:
+        calls, writes.held_later = writes.held_later, []
+        approvals_request(run=run, step=None, calls=calls, rule_hits=writes.rule_hits)

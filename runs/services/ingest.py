@@ -187,7 +187,10 @@ def _apply_new(*, run: Run, events: list, wires: list) -> None:
     for event, wire in zip(events, wires, strict=True):
         if run.is_finished:
             _finished_conflict(run=run, seq=event.seq)
+        if event.type not in BLIND_TO_APPROVALS:
+            common.calls_held_now(run=run, writes=writes)
         EFFECTS[event.type](run, event, wire, writes)
+    common.calls_held_now(run=run, writes=writes)
     _log_project(run=run, events=events)
     writes.flush()
     instruments.events_ingested(events)  # gavel_ingest_events_total, runtime trace ids
@@ -237,7 +240,8 @@ def _approval_requested(run, e: s.ApprovalRequested, wire, w: RunWrites):
     calls = [c.model_dump() for c in e.calls]
     for call, raw in zip(calls, wire["calls"], strict=True):
         call["arguments"] = raw.get("arguments")
-    common.calls_hold(run=run, step=e.step, calls=calls, requested_at=e.at, writes=w)
+        call["step"], call["requested_at"] = e.step, e.at
+    common.calls_hold_later(run=run, calls=calls, writes=w)
 
 
 def _handoff(run, e: s.HandoffEvent, wire, w: RunWrites):
@@ -284,6 +288,13 @@ def _run_finished(run, e: s.RunFinished, wire, w: RunWrites):
         writes=w,
     )
 
+
+# Events whose effects never read the run's approvals: the held calls of a batch wait past
+# them to be requested together (common.calls_hold_later); any other event, and the batch's
+# end, requests them first.
+BLIND_TO_APPROVALS = frozenset(
+    {"step.started", "message", "tool.result", "step.finished", "approval.requested"}
+)
 
 EFFECTS = {
     "step.started": _step_started,

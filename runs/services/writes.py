@@ -90,6 +90,7 @@ class RunWrites:
         self.verdicts: list[dict] = []
         self.usage: dict[tuple, list[int]] = {}  # (day, principal, agent, model) -> deltas
         self.rule_hits: Counter = Counter()  # rule id -> calls lasting rules decided
+        self.held_later: list[dict] = []  # held calls to request together (calls_hold_later)
         self.usage_adjustments: list[dict] = []  # UsageAdjustment rows (usage of no step)
         self._next_message: int | None = None
         self._next_handoff: int | None = None
