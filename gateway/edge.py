@@ -1,10 +1,13 @@
 """What the gateway's edge remembers per server process, so that a request costs no database
 trip to learn who it is for: a key (with its principal and tenant) and the server it names,
-by the key's SHA-256 and the server's name; a session by its id. Each for
-GAVEL_MCP_CACHE_SECONDS (default 5); every row change the process itself makes to a key, a
-principal, a server or a session (a revoke, a deactivation, a disabled server, a session
-ended) empties it at once (gateway/apps.py's receivers), other processes see it when their
-copy runs out. Refusals are never remembered: a wrong key asks the database every time.
+by the key's SHA-256 and the server's name; a session by its id; the roles of the tenant's
+rules' authors (the rule authority a rule-passed call is checked against, approvals'
+RuleAuthority, per compiled rule set: the rules themselves are read again whenever the
+tenant's rules version moves). Each for GAVEL_MCP_CACHE_SECONDS (default 5); every row
+change the process itself makes to a key, a principal, a role, a server or a session (a
+revoke, a deactivation, a role taken away, a disabled server, a session ended) empties it at
+once (gateway/apps.py's receivers), other processes see it when their copy runs out.
+Refusals are never remembered: a wrong key asks the database every time.
 
 The key's rate limit is taken on every request, remembered or not."""
 
@@ -19,6 +22,7 @@ from django.conf import settings
 _lock = threading.Lock()
 _keys: dict[tuple[str, str], tuple[float, object, object]] = {}
 _sessions: dict[tuple[int, int, str], tuple[float, object]] = {}
+_authorities: dict[int, tuple[float, object, object]] = {}  # id(ruleset): (at, ruleset, it)
 MAX_ENTRIES = 10_000  # a process's memory bound: full, it starts again empty
 
 
@@ -64,9 +68,26 @@ def keep_session(session) -> None:
         _sessions[key] = (time.monotonic(), session)
 
 
+def authority(ruleset):
+    """The RuleAuthority of this compiled rule set (approvals.access), kept for the window."""
+    from approvals.access import RuleAuthority
+
+    entry = _authorities.get(id(ruleset))
+    if entry is not None and entry[1] is ruleset and _fresh(entry[0]):
+        return entry[2]
+    made = RuleAuthority(ruleset)
+    if settings.GAVEL_MCP_CACHE_SECONDS > 0:
+        with _lock:
+            if len(_authorities) >= 64:  # a rule set per tenant in use: old ones go
+                _authorities.clear()
+            _authorities[id(ruleset)] = (time.monotonic(), ruleset, made)
+    return made
+
+
 def forget(**_) -> None:
     """A key, principal, server or session row changed in this process: forget everything
     (such writes are rare; the next request of each key reads its rows again)."""
     with _lock:
         _keys.clear()
         _sessions.clear()
+        _authorities.clear()

@@ -174,16 +174,34 @@ async def _read_only(server: McpServer, tool: str) -> bool:
     return bool(annotations is not None and getattr(annotations, "read_only_hint", None) is True)
 
 
-async def call_tool(
-    *, session: McpSession, key, tool: str, arguments, progress=None, request_id: str = ""
-) -> CallToolResult:
-    server = session.server
-    read_only = await _read_only(server, tool)
-    passed = await db(records.call_pass)(
+async def call_passing(*, session: McpSession, tool: str, arguments, request_id: str = ""):
+    """The call's McpCall when no person needs to see it first (read-only under
+    `passReadOnly`, or a lasting rule approves it now), written before it goes upstream;
+    None (nothing written) when it is to be held."""
+    read_only = await _read_only(session.server, tool)
+    return await db(records.call_pass)(
         session=session, tool=tool, arguments=arguments, read_only=read_only, request_id=request_id
     )
-    if passed is not None:
-        return await _send(call=passed, key=key, arguments=arguments)
+
+
+async def call_tool(
+    *,
+    session: McpSession,
+    key,
+    tool: str,
+    arguments,
+    progress=None,
+    request_id: str = "",
+    pass_checked: bool = False,
+) -> CallToolResult:
+    """`pass_checked`: the edge asked `call_passing` already (the call is held)."""
+    server = session.server
+    if not pass_checked:
+        passed = await call_passing(
+            session=session, tool=tool, arguments=arguments, request_id=request_id
+        )
+        if passed is not None:
+            return _as_result(await send_passed(call=passed, key=key, arguments=arguments))
     begun = await db(records.call_begin)(
         session=session, tool=tool, arguments=arguments, gated=True, request_id=request_id
     )
@@ -281,7 +299,12 @@ async def _forward(*, call, key, arguments) -> CallToolResult:
 
 
 async def _send(*, call, key, arguments) -> CallToolResult:
-    """The claimed call upstream; its result recorded right after it is answered."""
+    return _as_result(await send_passed(call=call, key=key, arguments=arguments))
+
+
+async def send_passed(*, call, key, arguments) -> dict:
+    """The claimed call upstream; its result (the wire form: what the client receives)
+    recorded right after it is answered."""
     try:
         result = await upstream.call_tool(
             call.server, call.tool, arguments if arguments is not None else {}
@@ -296,7 +319,7 @@ async def _send(*, call, key, arguments) -> CallToolResult:
         await Recorder.later(records.call_record_passed, call=call, result=body, key=key)
     else:
         await Recorder.later(records.call_finish, call=call, result=body, key=key, forwarded=True)
-    return _as_result(body)
+    return body
 
 
 async def _result_of(*, call, deadline: float) -> CallToolResult:
@@ -316,4 +339,4 @@ async def _result_of(*, call, deadline: float) -> CallToolResult:
         await asyncio.sleep(FINISH_WAIT_SECONDS)
 
 
-__all__ = ["call_tool", "TextContent"]
+__all__ = ["call_passing", "call_tool", "send_passed", "TextContent"]

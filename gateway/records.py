@@ -22,7 +22,7 @@ from approvals.services.expiry import approvals_expire_due
 from approvals.services.requests import approvals_cancel
 from approvals.services.rules import rule_approving
 from approvals.services.settle import approval_settle
-from console.audit.log import audit
+from console.audit.log import audit, audit_many
 from gateway import edge
 from gateway.models import CallState, McpCall, McpServer, McpSession
 from runs import access
@@ -343,7 +343,12 @@ def call_pass(
     server = session.server
     passed_by = READ_ONLY if read_only else None
     if passed_by is None:
-        spec = rule_approving(run=session.run, tool_name=_name(server, tool), arguments=arguments)
+        spec = rule_approving(
+            run=session.run,
+            tool_name=_name(server, tool),
+            arguments=arguments,
+            authority_of=edge.authority,  # its authors' roles kept for the edge's window
+        )
         if spec is None:
             return None
         passed_by = spec.id
@@ -447,8 +452,12 @@ def _record_run(items: list) -> int:
         [call for call, _, _, _ in done],
         ["step", "approval", "state", "result", "finished_at", "recorded"],
     )
-    for call, result, key, lost in done:
-        _audit_finish(call=call, result=result, key=key, forwarded=True, lost=lost)
+    audit_many(  # one INSERT for the batch
+        [
+            _finish_entry(call=call, result=result, key=key, forwarded=True, lost=lost)
+            for call, result, key, lost in done
+        ]
+    )
     closed = McpSession.objects.filter(pk=session.pk, closed_at__isnull=False)
     reason = closed.values_list("close_reason", flat=True).first()
     if reason is not None and not run.is_finished:  # ended while these were being written
@@ -543,6 +552,12 @@ def call_finish(*, call: McpCall, result: dict | None, key, forwarded: bool) -> 
 
 
 def _audit_finish(*, call: McpCall, result: dict, key, forwarded: bool, lost=False, action=None):
+    audit(**_finish_entry(call=call, result=result, key=key, forwarded=forwarded, lost=lost,
+                          action=action))  # fmt: skip
+
+
+def _finish_entry(*, call: McpCall, result: dict, key, forwarded: bool, lost=False, action=None):
+    """The audit entry of a call's end (`audit`'s arguments)."""
     session = call.session
     approval = call.approval
     data = {
@@ -557,15 +572,15 @@ def _audit_finish(*, call: McpCall, result: dict, key, forwarded: bool, lost=Fal
         data["passedBy"] = call.passed_by
     if lost:
         data["resultRecorded"] = False
-    audit(
-        tenant=call.server.tenant,
-        action=action or ("mcp.call.forwarded" if forwarded else "mcp.call.refused"),
-        object_type="mcp_call",
-        object_id=call.tool_call_id,
-        data=data,
-        principal=session.principal if key is None else key.principal,
-        key=key,
-    )
+    return {
+        "tenant": call.server.tenant,
+        "action": action or ("mcp.call.forwarded" if forwarded else "mcp.call.refused"),
+        "object_type": "mcp_call",
+        "object_id": call.tool_call_id,
+        "data": data,
+        "principal": session.principal if key is None else key.principal,
+        "key": key,
+    }
 
 
 def call_result(*, call: McpCall) -> McpCall:

@@ -383,3 +383,65 @@ def test_hits_are_exact_under_concurrent_batches(tenant_a, lead_a, request):
     files.refresh_from_db()
     assert (mail.hits, files.hits) == (each, each)
     assert AuditEvent.objects.filter(action="approval.decided").count() == 2 * each
+
+
+def _steps(first_seq: int, steps: range, tool="email.send") -> list[dict]:
+    """A step per number, each holding one call: started, the call, its result, finished."""
+    events, seq = [], first_seq
+    for n in steps:
+        held = {"toolCallId": f"call_{n}", "toolName": tool, "arguments": {"to": "b@acme.com"}}
+        for event in (
+            {"type": "step.started", "step": n, "agentId": "support-bot", "model": "m"},
+            {"type": "approval.requested", "step": n, "calls": [held]},
+            {"type": "tool.result", "step": n, "toolCallId": f"call_{n}",
+             "toolName": tool, "result": "ok", "isError": False},
+            {"type": "step.finished", "step": n, "model": "m",
+             "usage": {"inputTokens": 1, "outputTokens": 1, "costMinorUnits": 0}},
+        ):  # fmt: skip
+            events.append({**event, "seq": seq})
+            seq += 1
+    return events
+
+
+def test_a_batch_of_many_steps_requests_its_held_calls_together(ingest_a, tenant_a, lead_a):
+    """The held calls of a batch's steps are requested (and born decided) in one go: a batch
+    of 30 such steps costs the statements of a batch of 2 (runs/services/ingest.py
+    BLIND_TO_APPROVALS), and every call is decided, numbered and audited as alone."""
+    rule(tenant_a, lead_a, conditions=TO_ACME)
+    counts = {}
+    runs = (("run_warm", range(1, 2)), ("run_two", range(1, 3)), ("run_thirty", range(1, 31)))
+    for run_id, steps in runs:  # the first compiles the rules and fills caches
+        admit(ingest_a, run_id=run_id)
+        events = _steps(1, steps)
+        with CaptureQueriesContext(connection) as ctx:
+            answer = ingest_a.post(f"{RUNS}/{run_id}/events", {"events": events})
+        assert answer.status_code == 200, answer.content
+        counts[run_id] = len(ctx.captured_queries)
+        rows = Approval.objects.filter(run__external_id=run_id).order_by("position")
+        assert [a.status for a in rows] == [ApprovalStatus.APPROVED] * len(steps)
+        assert [a.step for a in rows] == list(steps)
+        assert [a.position for a in rows] == list(range(1, len(steps) + 1))
+        assert [a.decision_seq for a in rows] == list(range(1, len(steps) + 1))
+    assert counts["run_thirty"] == counts["run_two"], counts
+    assert AuditEvent.objects.filter(action="approval.decided").count() == 33
+    assert Rule.objects.get().hits == 33
+
+
+def test_one_call_asked_twice_in_a_batch_is_a_conflict_and_nothing_is_written(ingest_a):
+    admit(ingest_a)
+    events = _steps(1, range(1, 3))
+    events[5]["calls"][0]["toolCallId"] = "call_1"  # step 2 asks for step 1's call again
+    answer = ingest_a.post(f"{RUNS}/run_r/events", {"events": events})
+    assert answer.status_code == 409, answer.content
+    assert answer.json()["error"]["code"] == "approval_exists"
+    assert not Approval.objects.exists()
+    assert ingest_a.get(f"{RUNS}/run_r").json()["lastSeq"] == 0
+
+
+def test_a_run_finished_in_the_batch_that_held_a_call_cancels_it(ingest_a):
+    admit(ingest_a)
+    events = _steps(1, range(1, 2))[:2]  # started, the held call
+    events.append({"seq": 3, "type": "run.finished", "status": "done"})
+    answer = ingest_a.post(f"{RUNS}/run_r/events", {"events": events})
+    assert answer.status_code == 200, answer.content
+    assert Approval.objects.get().status == ApprovalStatus.CANCELLED

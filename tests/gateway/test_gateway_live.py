@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+import time
 import uuid
 
 import httpx
@@ -320,6 +321,74 @@ def _post(url: str, key: str | None, session_id: str | None = None) -> httpx.Res
         headers["Mcp-Session-Id"] = session_id
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     return httpx.post(url, json=body, headers=headers, timeout=30)
+
+
+def _rpc(url: str, key: str, body: dict, session_id: str | None = None, accept=None):
+    headers = {"Accept": accept or "application/json, text/event-stream",
+               "Content-Type": "application/json", "Authorization": f"Bearer {key}"}  # fmt: skip
+    if session_id:
+        headers["Mcp-Session-Id"] = session_id
+    return httpx.post(url, json=body, headers=headers, timeout=30)
+
+
+def test_a_passed_call_is_answered_at_the_edge_and_anything_else_by_the_sdk(console):
+    """gateway/asgi.py `_passed_call`: a rule-passed `tools/call` on a session is answered
+    as JSON without the SDK's per-request server; a call to hold, a header the transport
+    refuses, or a malformed call are the SDK's, exactly as before."""
+    with console.api("manage") as api:
+        made = api.post(
+            "/api/v1/mcp/servers",
+            json={"name": "files-edge", "url": console.upstream_url, "holdSeconds": 1},
+        )
+        assert made.status_code == 201, made.text
+    with console.api("rules") as api:
+        rule = api.post(
+            "/api/v1/rules",
+            json={"name": "edge echo", "effect": "approve", "toolPattern": "files-edge.echo"},
+        )
+        assert rule.status_code == 201, rule.text
+    url, key = mcp_url(console, "files-edge"), console.keys["mcp"]
+    hello = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+             "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                        "clientInfo": {"name": "raw", "version": "1"}}}  # fmt: skip
+    opened = _rpc(url, key, hello)
+    assert opened.status_code == 200, opened.text
+    session_id = opened.headers["mcp-session-id"]
+    tag = uuid.uuid4().hex[:8]
+
+    def call(tool, arguments, request_id=1, **kw):
+        body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                "params": {"name": tool, "arguments": arguments}}  # fmt: skip
+        return _rpc(url, key, body, session_id=session_id, **kw)
+
+    passed = call("echo", {"text": tag}, request_id="a-1")
+    assert passed.status_code == 200, passed.text
+    assert passed.headers["content-type"] == "application/json"
+    assert passed.headers["mcp-session-id"] == session_id
+    answer = passed.json()
+    assert answer["jsonrpc"] == "2.0" and answer["id"] == "a-1"
+    assert answer["result"]["content"] == [{"type": "text", "text": tag}]
+    assert answer["result"]["isError"] is False
+    # a call to hold: the SDK's stream, the bounded hold's "call again"
+    held = call("write_file", {"path": f"/srv/{tag}", "content": "x"}, request_id=2)
+    assert held.status_code == 200 and held.headers["content-type"].startswith("text/event-stream")
+    assert "again with the same arguments" in held.text
+    # headers the transport refuses, and a malformed call: the SDK answers them as before
+    assert call("echo", {"text": tag}, accept="application/json").status_code == 406
+    broken = _rpc(url, key, {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                             "params": {"arguments": {}}}, session_id=session_id)  # fmt: skip
+    assert broken.status_code in (200, 400) and "error" in broken.text.lower()
+    with console.api("rules") as api:
+        api.delete(f"/api/v1/rules/{rule.json()['id']}")
+    # recorded like any passed call: its audit entry names the rule
+    for _ in range(50):
+        with console.api("manage") as api:
+            page = api.get("/api/v1/audit", params={"action": "mcp.call.forwarded"}).json()
+        mine = [e for e in page["items"] if e.get("data", {}).get("server") == "files-edge"]
+        if mine:
+            break
+        time.sleep(0.1)
+    assert mine and mine[0]["data"]["passedBy"] == rule.json()["id"]
 
 
 def test_wrong_keys_scopes_tenants_and_sessions_are_refused(console):

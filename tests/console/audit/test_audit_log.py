@@ -5,8 +5,9 @@ import pytest
 from django.contrib.admin.sites import site
 from django.db import DatabaseError, connection, transaction
 from django.test import RequestFactory
+from django.test.utils import CaptureQueriesContext
 
-from console.audit.log import audit_seal, audit_seal_due, audit_verify
+from console.audit.log import audit_many, audit_seal, audit_seal_due, audit_verify
 from console.core import auditchain, links
 from console.directory.services import audit
 from console.models import AppendOnly, AuditEvent
@@ -86,6 +87,35 @@ def test_a_commit_seals_its_entries_once_per_tenant(tenant_a, django_capture_on_
         made = [entry(tenant_a, n) for n in range(3)]
     assert len(callbacks) == 1  # one seal for the transaction's three entries
     assert all(AuditEvent.objects.get(pk=e.pk).hash for e in made)
+
+
+def test_a_seal_is_one_update_and_audit_many_one_insert_in_the_order_given(tenant_a):
+    audit_seal_due()
+    with CaptureQueriesContext(connection) as written:
+        made = audit_many(
+            [
+                {
+                    "tenant": tenant_a,
+                    "action": "budget.updated",
+                    "object_type": "budget",
+                    "object_id": f"bud_{n}",
+                    "data": {"n": n, "before": {"c": n}},
+                }
+                for n in range(4)
+            ]  # fmt: skip
+        )
+    inserts = [q for q in written.captured_queries if q["sql"].startswith("INSERT")]
+    assert len(inserts) == 1
+    with CaptureQueriesContext(connection) as sealed:
+        assert audit_seal(tenant_id=tenant_a.pk) == 4
+    updates = [q for q in sealed.captured_queries if q["sql"].startswith("UPDATE")]
+    assert len(updates) == 1
+    rows = list(AuditEvent.objects.filter(pk__in=[m.pk for m in made]).order_by("chain_seq"))
+    assert [r.object_id for r in rows] == ["bud_0", "bud_1", "bud_2", "bud_3"]
+    assert rows[1].before == {"c": 1} and rows[1].data == {"n": 1}  # as `audit` stores them
+    for before, after in zip(rows, rows[1:], strict=False):
+        assert after.prev_hash == before.hash and after.chain_seq == before.chain_seq + 1
+    assert audit_verify(tenant=tenant_a)["ok"] is True
 
 
 def test_verify_is_ok_on_an_untouched_chain(tenant_a):
