@@ -231,10 +231,16 @@ async def _await_decision(*, call, key, server, tool, progress, fresh) -> CallTo
     try:
         async with waiter as woken:
             while True:
+                claimed = False
                 if not fresh:
-                    call = await db(records.call_look)(call=call)
+                    call, claimed = await db(records.call_look_and_claim)(call=call)
                 fresh = False
                 approval = call.approval
+                if claimed:  # approved: this caller sends it (claimed with the look)
+                    args = approval.decided_arguments
+                    return await _send(
+                        call=call, key=key, arguments=call.arguments if args is None else args
+                    )
                 if call.state in (CallState.DONE, CallState.REFUSED):
                     return _as_result(call.result)
                 if call.state == CallState.FORWARDING:

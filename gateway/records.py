@@ -513,6 +513,21 @@ def call_look(*, call: McpCall) -> McpCall:
     return fresh
 
 
+def call_look_and_claim(*, call: McpCall) -> tuple[McpCall, bool]:
+    """`call_look`, and when the call is approved and still held, `call_claim` in the same
+    trip to the database (a woken call's next step either way: one thread hop, not two).
+    (the call as it stands, whether this caller claimed it)."""
+    fresh = call_look(call=call)
+    approval = fresh.approval
+    if (
+        fresh.state == CallState.HELD
+        and approval is not None
+        and approval.status == ApprovalStatus.APPROVED
+    ):
+        return fresh, call_claim(call=fresh)
+    return fresh, False
+
+
 def call_claim(*, call: McpCall) -> bool:
     """This process sends the call upstream: exactly one claim wins. Its result is recorded
     after it is answered (`recorded` false until then: the sweep's mark if the process
