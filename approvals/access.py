@@ -277,10 +277,11 @@ def rule_author_refusal(principal: Principal | None, tool_name: str) -> str | No
 
 
 class RuleAuthority:
-    """`authority` for RuleSet.decide / explain (one per batch or request): why a rule's
-    authors (its creator and every editor) may not decide a tool now, or None. Their roles
-    are read on the first question (one query for every author of the tenant's rules), and
-    each (rule, tool) is answered once."""
+    """`authority` for RuleSet.decide / explain (one per batch or request; the MCP gateway's
+    edge keeps one for GAVEL_MCP_CACHE_SECONDS, gateway/edge.py): why a rule's authors (its
+    creator and every editor) may not decide a tool now, or None. Their roles are read on
+    the first question (one query for every author of the tenant's rules), and each (rule,
+    tool) is answered once."""
 
     def __init__(self, ruleset: RuleSet):
         self._keys = ruleset.author_keys

@@ -624,6 +624,6 @@ def rules_main() -> None:
     )
     print(
         f"  for scale: {count} rules deciding half the calls (median) {d:,.0f} events/s, "
-        f"{d / n:.2f}x no rules (each decided call is settled and audited like a person's)"
+        f"{d / n:.2f}x no rules (decided calls are inserted decided)"
     )
     print(f"  load average after: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
