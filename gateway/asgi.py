@@ -198,22 +198,23 @@ class Gateway:
             await _error(send, exc)
             return
         body = await _read_body(receive)
+        message = _parsed(body)  # the JSON-RPC message, read once (None: not one)
         caller = Caller(server=server, key=key, headers=headers, session=session)
         if session_id:
             if scope["method"] == "DELETE":
                 await flow.db(records.session_close)(session=session, reason="deleted")
                 await _plain(send, 200, b"")
                 return
-            cancelled = _cancelled_request(body)
+            cancelled = _cancelled_request(message)
             if cancelled is not None:
                 await flow.db(records.call_cancel)(session=session, request_id=cancelled, key=key)
-        elif _is_initialize(body):
-            version = _initialize_version(body)
+        elif _is_initialize(message):
+            version = _initialize_version(message)
             caller.session = await caller.the_session(version)
         if scope["method"] == "DELETE":
             await _plain(send, 200, b"")
             return
-        if session_id and await _passed_call(scope, body, caller, send):
+        if session_id and await _passed_call(scope, message, caller, send):
             return
         manager = await self._ensure()
         scope = dict(scope)
@@ -221,7 +222,7 @@ class Gateway:
         await manager.handle_request(scope, _replay(body, receive), _with_session(send, caller))
 
 
-async def _passed_call(scope, body: bytes, caller: Caller, send) -> bool:
+async def _passed_call(scope, message, caller: Caller, send) -> bool:
     """A `tools/call` on a session that no person needs to see first (read-only under
     `passReadOnly`, or a lasting rule approves it), answered here: the SDK's types read the
     request and write the answer (`application/json`, which the Streamable HTTP transport
@@ -231,7 +232,6 @@ async def _passed_call(scope, body: bytes, caller: Caller, send) -> bool:
     SDK's, as before; a call to hold is not asked again there (`pass_checked`)."""
     if scope["method"] != "POST":
         return False
-    message = _parsed(body)
     if not isinstance(message, dict) or message.get("method") != "tools/call":
         return False
     request = Request(scope)
@@ -248,9 +248,11 @@ async def _passed_call(scope, body: bytes, caller: Caller, send) -> bool:
         params = types.CallToolRequestParams.model_validate(rpc.params or {})
     except ValidationError:
         return False  # the SDK answers with its JSON-RPC error
-    request_id = _request_id(rpc.id)
     call = await flow.call_passing(
-        session=caller.session, tool=params.name, arguments=params.arguments, request_id=request_id
+        session=caller.session,
+        tool=params.name,
+        arguments=params.arguments,
+        request_id=_request_id(rpc.id),
     )
     if call is None:
         caller.pass_checked = True
@@ -407,22 +409,20 @@ def _parsed(body: bytes):
         return None
 
 
-def _is_initialize(body: bytes) -> bool:
-    message = _parsed(body)
+def _is_initialize(message) -> bool:
     return isinstance(message, dict) and message.get("method") == "initialize"
 
 
-def _cancelled_request(body: bytes) -> str | None:
+def _cancelled_request(message) -> str | None:
     """The request id a `notifications/cancelled` names (None for any other message)."""
-    message = _parsed(body)
     if not isinstance(message, dict) or message.get("method") != "notifications/cancelled":
         return None
     request_id = (message.get("params") or {}).get("requestId")
     return None if request_id is None else _request_id(request_id)
 
 
-def _initialize_version(body: bytes) -> str:
-    params = (_parsed(body) or {}).get("params") or {}
+def _initialize_version(message) -> str:
+    params = (message or {}).get("params") or {}
     version = params.get("protocolVersion")
     return version if isinstance(version, str) else ""
 

@@ -567,8 +567,10 @@ def call_finish(*, call: McpCall, result: dict | None, key, forwarded: bool) -> 
 
 
 def _audit_finish(*, call: McpCall, result: dict, key, forwarded: bool, lost=False, action=None):
-    audit(**_finish_entry(call=call, result=result, key=key, forwarded=forwarded, lost=lost,
-                          action=action))  # fmt: skip
+    entry = _finish_entry(
+        call=call, result=result, key=key, forwarded=forwarded, lost=lost, action=action
+    )
+    audit(**entry)
 
 
 def _finish_entry(*, call: McpCall, result: dict, key, forwarded: bool, lost=False, action=None):

@@ -44,11 +44,7 @@ def approvals_request(
     ids = [call["tool_call_id"] for call in calls]
     if len(set(ids)) < len(ids):  # asked twice in one go: as if held already
         twice = sorted({i for i in ids if ids.count(i) > 1})
-        raise Conflict(
-            "the run already holds approvals for these tool calls",
-            code="approval_exists",
-            details={"held": [{"toolCallId": i, "status": "pending"} for i in twice]},
-        )
+        raise _held([{"tool_call_id": i, "status": "pending"} for i in twice])
     rows = [
         Approval(
             tenant_id=run.tenant_id,
@@ -67,22 +63,21 @@ def approvals_request(
     ]
     decisions = approvals_rule_decisions(run=run, approvals=rows, hits=rule_hits)
     if not approvals_insert(run=run, rows=rows, decisions=decisions):
-        ids = [row.tool_call_id for row in rows]
         held = Approval.objects.filter(run=run, tool_call_id__in=ids)
-        raise Conflict(
-            "the run already holds approvals for these tool calls",
-            code="approval_exists",
-            details={
-                "held": [
-                    {"toolCallId": h["tool_call_id"], "status": h["status"]}
-                    for h in held.values("tool_call_id", "status")
-                ]
-            },
-        )
+        raise _held(list(held.values("tool_call_id", "status")))
     for_people = [r for r in rows if r.status == ApprovalStatus.PENDING]
     webhooks_approval_requested(approvals=for_people)
     _mail_later(run=run, approvals=for_people)
     return rows
+
+
+def _held(held: list[dict]) -> Conflict:
+    """The 409 for tool calls the run holds already (`held`: their ids and statuses)."""
+    return Conflict(
+        "the run already holds approvals for these tool calls",
+        code="approval_exists",
+        details={"held": [{"toolCallId": h["tool_call_id"], "status": h["status"]} for h in held]},
+    )
 
 
 def _mail_later(*, run: Run, approvals: list[Approval]) -> None:

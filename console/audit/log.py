@@ -78,13 +78,49 @@ def audit(
     "after", as older callers pass them); `rule` the deciding rule (or its `rul_...` id);
     `data` any other facts. Address and user agent come from the request (or socket) being
     served unless given. The entry is sealed into the chain after commit."""
+    entry = _entry(
+        tenant=tenant, action=action, object_type=object_type, object_id=object_id, data=data,
+        before=before, after=after, principal=principal, key=key, rule=rule, ip=ip,
+        user_agent=user_agent,
+    )  # fmt: skip
+    entry.save()
+    _seal_on_commit(entry.tenant_id)
+    return entry
+
+
+def audit_many(entries: list[dict]) -> list:
+    """`audit` for many entries of one unit of work (each a dict of `audit`'s arguments), in
+    one INSERT, in the order given (the order they are sealed in)."""
+    rows = [_entry(**entry) for entry in entries]
+    AuditEvent.objects.bulk_create(rows)
+    for tenant_id in sorted({row.tenant_id for row in rows}):
+        _seal_on_commit(tenant_id)
+    return rows
+
+
+def _entry(
+    *,
+    tenant,
+    action,
+    object_type,
+    object_id,
+    data=None,
+    before=None,
+    after=None,
+    principal=None,
+    key=None,
+    rule=None,
+    ip=None,
+    user_agent=None,
+) -> AuditEvent:
+    """The unsaved row of one entry (`audit`'s arguments)."""
     data = dict(data or {})
     before = data.pop("before", None) if before is None else before
     after = data.pop("after", None) if after is None else after
     data.pop("before", None), data.pop("after", None)
     if ip is None and user_agent is None:
         ip, user_agent = _origin()
-    entry = AuditEvent.objects.create(
+    return AuditEvent(
         tenant=tenant,
         action=action,
         object_type=object_type,
@@ -98,42 +134,6 @@ def audit(
         ip=ip,
         user_agent=(user_agent or "")[: auditchain.USER_AGENT_MAX] or None,
     )
-    _seal_on_commit(entry.tenant_id)
-    return entry
-
-
-def audit_many(entries: list[dict]) -> list:
-    """`audit` for many entries of one unit of work (each a dict of `audit`'s arguments), in
-    one INSERT, in the order given (the order they are sealed in)."""
-    rows = []
-    for entry in entries:
-        data = dict(entry.get("data") or {})
-        before = data.pop("before", None) if entry.get("before") is None else entry["before"]
-        after = data.pop("after", None) if entry.get("after") is None else entry["after"]
-        data.pop("before", None), data.pop("after", None)
-        ip, user_agent = entry.get("ip"), entry.get("user_agent")
-        if ip is None and user_agent is None:
-            ip, user_agent = _origin()
-        rows.append(
-            AuditEvent(
-                tenant=entry["tenant"],
-                action=entry["action"],
-                object_type=entry["object_type"],
-                object_id=str(entry["object_id"]),
-                data=_bounded(data),
-                before=_bounded(before),
-                after=_bounded(after),
-                actor_principal=entry.get("principal"),
-                actor_key=entry.get("key"),
-                actor_rule=_rule_id(entry.get("rule")),
-                ip=ip,
-                user_agent=(user_agent or "")[: auditchain.USER_AGENT_MAX] or None,
-            )
-        )
-    AuditEvent.objects.bulk_create(rows)
-    for tenant_id in sorted({row.tenant_id for row in rows}):
-        _seal_on_commit(tenant_id)
-    return rows
 
 
 def _seal_on_commit(tenant_id: int) -> None:
