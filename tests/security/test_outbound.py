@@ -143,6 +143,11 @@ def test_h4_an_identity_providers_answer_has_a_deadline_and_a_size_cap(
     assert not TenantOidc.objects.exists()
 
 
+# PostgreSQL only: on SQLite's shared in-memory test database the outbox thread's write of
+# the delivered row meets this test's polling read and fails at once ("table is locked":
+# shared-cache locks do not wait), so the row stays pending (flaky there, 2 runs in 4, on
+# main before this note too); what the test proves does not depend on the database.
+@pytest.mark.postgres
 def test_h4_a_slow_tenant_does_not_hold_another_tenants_deliveries_in_the_server_thread(
     tenant_a, tenant_b, endpoints, settings
 ):
