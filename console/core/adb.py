@@ -36,13 +36,16 @@ def usable() -> bool:
     return not any(c.in_atomic_block for c in connections.all(initialized_only=True))
 
 
-def _connect_kwargs() -> dict:
+def _connect_kwargs(durable: bool) -> dict:
     params = connections["default"].get_connection_params()
     params.pop("cursor_factory", None)  # Django's; ours are plain psycopg cursors
     options = params.pop("options", "")
-    # Aware UTC datetimes, as Django's. Writes here are hints (see `fetch`): their commit does
-    # not wait for the WAL to reach the disk.
-    params["options"] = f"{options} -c TimeZone=UTC -c synchronous_commit=off".strip()
+    # Aware UTC datetimes, as Django's. Hints (see `fetch`): their commit does not wait for
+    # the WAL to reach the disk; a durable write's does, as the ORM's.
+    options = f"{options} -c TimeZone=UTC"
+    if not durable:
+        options += " -c synchronous_commit=off"
+    params["options"] = options.strip()
     params["autocommit"] = True  # one statement, its own transaction
     return params
 
@@ -51,8 +54,9 @@ class _Connections:
     """A few idle async connections of one event loop, reused: no background tasks (a pool
     with workers would outlive a test's loop), a broken one is closed instead of kept."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, durable: bool):
         self.limit = limit
+        self.durable = durable
         self.idle: list = []
 
     async def take(self):
@@ -62,7 +66,7 @@ class _Connections:
             conn = self.idle.pop()
             if not conn.closed:
                 return conn
-        return await psycopg.AsyncConnection.connect(**_connect_kwargs())
+        return await psycopg.AsyncConnection.connect(**_connect_kwargs(self.durable))
 
     async def give_back(self, conn, *, broken: bool) -> None:
         import psycopg
@@ -74,21 +78,26 @@ class _Connections:
             self.idle.append(conn)
 
 
-def _connections() -> _Connections:
+def _connections(durable: bool) -> _Connections:
     loop = asyncio.get_running_loop()
-    held = _pools.get(loop)
+    kinds = _pools.get(loop)
+    if kinds is None:
+        kinds = _pools[loop] = {}
+    held = kinds.get(durable)
     if held is None:
-        held = _pools[loop] = _Connections(getattr(settings, "GAVEL_ASYNC_READS_IDLE", 4))
+        limit = getattr(settings, "GAVEL_ASYNC_READS_IDLE", 4)
+        held = kinds[durable] = _Connections(limit, durable)
     return held
 
 
-async def fetch(sql: str, params: list) -> list[tuple]:
-    """The rows of one statement: a SELECT, or a write with RETURNING that is only a hint
-    (the long-poll's pickup mark): each statement commits on its own with
-    `synchronous_commit=off`, so a write is visible at once but may be lost if PostgreSQL
-    itself crashes in the next fraction of a second (never corrupted). Anything that must
-    last goes through the ORM, in the service's transaction."""
-    held = _connections()
+async def fetch(sql: str, params: list, *, durable: bool = False) -> list[tuple]:
+    """The rows of one statement, which commits on its own: a SELECT, or a write with
+    RETURNING that is only a hint (the long-poll's pickup mark), committed with
+    `synchronous_commit=off` (visible at once, but lost if PostgreSQL itself crashes in the
+    next fraction of a second; never corrupted). `durable`: a write that must last and stands
+    alone (the gateway's McpCall of a passed call), its commit waiting for the WAL as the
+    ORM's does. Anything that belongs to a service's transaction goes through the ORM."""
+    held = _connections(durable)
     conn = await held.take()
     broken = True
     try:
@@ -104,9 +113,10 @@ async def fetch(sql: str, params: list) -> list[tuple]:
 def discard_all() -> None:
     """Close every loop's idle connections at once, from sync code (a test's teardown: its
     loop is gone; a server's connections live as long as its loop)."""
-    for held in list(_pools.values()):
-        while held.idle:
-            held.idle.pop().pgconn.finish()
+    for kinds in list(_pools.values()):
+        for held in kinds.values():
+            while held.idle:
+                held.idle.pop().pgconn.finish()
     _pools.clear()
 
 

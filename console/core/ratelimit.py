@@ -14,12 +14,16 @@ one short timeout per process per interval, not one per request.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
+import weakref
 
 import redis
+import redis.asyncio
 from django.conf import settings
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -89,19 +93,32 @@ class RedisBuckets:
 
     def __init__(self, url: str, prefix: str):
         self.prefix = f"{prefix}:ratelimit:"
-        self.client = redis.Redis.from_url(
-            url,
-            socket_connect_timeout=TIMEOUT_SECONDS,
-            socket_timeout=TIMEOUT_SECONDS,
+        self.url = url
+        self.options = {
+            "socket_connect_timeout": TIMEOUT_SECONDS,
+            "socket_timeout": TIMEOUT_SECONDS,
             # one immediate retry on a fresh connection (a pooled one dead since a Redis
             # restart), never redis-py's default of ten with back-off: the request waits
-            retry=Retry(NoBackoff(), 1),
-        )
+            "retry": Retry(NoBackoff(), 1),
+        }
+        self.client = redis.Redis.from_url(url, **self.options)
         self.script = self.client.register_script(GCRA)
+        self._async_scripts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def take(self, key_id: int, rate: float, capacity: int) -> float:
         interval_us = 1_000_000.0 / rate
         wait_us = self.script(keys=[f"{self.prefix}{key_id}"], args=[interval_us, capacity])
+        return int(wait_us) / 1_000_000
+
+    async def take_async(self, key_id: int, rate: float, capacity: int) -> float:
+        """`take` from an event loop, on that loop's own async client (no thread hop)."""
+        script = self._async_scripts.get(asyncio.get_running_loop())
+        if script is None:
+            options = {**self.options, "retry": AsyncRetry(NoBackoff(), 1)}
+            client = redis.asyncio.Redis.from_url(self.url, **options)
+            script = self._async_scripts[asyncio.get_running_loop()] = client.register_script(GCRA)
+        interval_us = 1_000_000.0 / rate
+        wait_us = await script(keys=[f"{self.prefix}{key_id}"], args=[interval_us, capacity])
         return int(wait_us) / 1_000_000
 
     def reset(self) -> None:
@@ -125,17 +142,31 @@ class Limiter:
     def take(self, key_id: int, *, per_minute: int | None, burst: int | None) -> float:
         """Take one token; return 0 if allowed, else the seconds until one is available."""
         rate, capacity = _rate(per_minute, burst)
-        if self.shared is not None and time.monotonic() >= self._down_until:
+        if self._shared_now():
             try:
-                wait = self.shared.take(key_id, rate, capacity)
+                return self._answered(self.shared.take(key_id, rate, capacity))
             except redis.RedisError as exc:
                 self._unreachable(exc)
-            else:
-                if self._degraded:
-                    self._degraded = False
-                    logger.warning("rate limits are shared through Redis again")
-                return wait
         return self.local.take(key_id, rate, capacity)
+
+    async def take_async(self, key_id: int, *, per_minute: int | None, burst: int | None) -> float:
+        """`take` from an event loop (the MCP gateway's edge): the same buckets, no thread."""
+        rate, capacity = _rate(per_minute, burst)
+        if self._shared_now():
+            try:
+                return self._answered(await self.shared.take_async(key_id, rate, capacity))
+            except redis.RedisError as exc:
+                self._unreachable(exc)
+        return self.local.take(key_id, rate, capacity)
+
+    def _shared_now(self) -> bool:
+        return self.shared is not None and time.monotonic() >= self._down_until
+
+    def _answered(self, wait: float) -> float:
+        if self._degraded:
+            self._degraded = False
+            logger.warning("rate limits are shared through Redis again")
+        return wait
 
     def _unreachable(self, exc: Exception) -> None:
         now = time.monotonic()
@@ -182,6 +213,11 @@ def limiter() -> Limiter:
 def take(key_id: int, *, per_minute: int | None, burst: int | None) -> float:
     """Take one token from the key's bucket; 0 if allowed, else the seconds to wait."""
     return limiter().take(key_id, per_minute=per_minute, burst=burst)
+
+
+async def take_async(key_id: int, *, per_minute: int | None, burst: int | None) -> float:
+    """`take` from an event loop."""
+    return await limiter().take_async(key_id, per_minute=per_minute, burst=burst)
 
 
 def reset() -> None:

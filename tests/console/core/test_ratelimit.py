@@ -6,6 +6,7 @@ Two `Limiter` objects play two server processes: each has its own memory and its
 connection pool, exactly as two daphnes would (tests/console/core/test_ratelimit_two_processes.py
 does it with two real daphnes)."""
 
+import asyncio
 import logging
 import os
 import socket
@@ -222,3 +223,34 @@ def test_the_api_limits_through_redis(client, tenant_a, settings, prefix):
     assert [api.get("/api/v1/runs").status_code for _ in range(3)] == [200, 200, 429]
     stored = redis.Redis.from_url(REDIS_URL).get(f"{prefix}:ratelimit:{key_id}")
     assert stored is not None and int(stored) > time.time() * 1_000_000  # a TAT ahead of now
+
+
+@needs_redis
+def test_an_event_loops_take_shares_the_bucket_with_the_threads_take(prefix):
+    """The MCP gateway's edge takes a key's token on the event loop (take_async): the same
+    bucket as a view's take in a thread, and another process's."""
+    one, two = Limiter(REDIS_URL, prefix), Limiter(REDIS_URL, prefix)
+
+    async def on_the_loop(n: int) -> int:
+        return sum([await one.take_async(7, **SLOW) == 0 for _ in range(n)])
+
+    assert allowed([two], 3) == 3
+    assert asyncio.run(on_the_loop(4)) == 2  # the burst of 5, once across both
+    wait = asyncio.run(one.take_async(7, **SLOW))
+    assert 0 < wait <= 60  # refused, saying when a token is there
+
+
+def test_an_event_loops_take_falls_back_to_the_local_bucket_when_redis_is_down(
+    dead_redis_url, caplog
+):
+    limiter = Limiter(dead_redis_url, "gavel-down-async")
+    caplog.set_level(logging.WARNING, logger="console.ratelimit")
+
+    async def takes(n: int) -> list[float]:
+        return [await limiter.take_async(9, **SLOW) for _ in range(n)]
+
+    started = time.monotonic()
+    waits = asyncio.run(takes(7))
+    assert [w == 0 for w in waits] == [True] * 5 + [False] * 2  # the local bucket's burst
+    assert time.monotonic() - started < 1.0  # one refused connection, then not asked
+    assert len([r for r in caplog.records if r.name == "console.ratelimit"]) == 1
