@@ -191,9 +191,11 @@ class Gateway:
         name = scope["path"][len(PREFIX) :].strip("/")
         session_id = headers.get("mcp-session-id")
         try:
-            key, server, session = await flow.db(_resolve)(
-                headers.get("authorization", ""), name, session_id, scope
-            )
+            header = headers.get("authorization", "")
+            known = await _from_copies(header, name, session_id)
+            if known is None:
+                known = await flow.db(_resolve)(header, name, session_id, scope)
+            key, server, session = known
         except GavelError as exc:
             await _error(send, exc)
             return
@@ -295,8 +297,33 @@ def _resolve(header: str, name: str, session_id: str | None, scope):
     return key, server, session
 
 
+async def _from_copies(header: str, name: str, session_id: str | None):
+    """`_resolve` from this process's copies alone, on the event loop (no thread hop, no
+    query; the key's rate limit taken as ever): key, server and session; None — ask
+    `_resolve` — when one is not remembered, or the session is idle by its copy, or its idle
+    time is due to be written again."""
+    known = edge.key_and_server(header, name)
+    if known is None:
+        return None
+    key, server = known
+    session = None
+    if session_id:
+        session = edge.session(
+            server_id=server.pk, principal_id=key.principal_id, public_id=session_id
+        )
+        if session is None or records.session_idle(session) or records.session_touch_due(session):
+            return None
+    _refuse_past_rate(
+        await ratelimit.take_async(key.pk, per_minute=key.rate_per_minute, burst=key.rate_burst)
+    )
+    return key, server, session
+
+
 def _take_rate(key) -> None:
-    wait = ratelimit.take(key.pk, per_minute=key.rate_per_minute, burst=key.rate_burst)
+    _refuse_past_rate(ratelimit.take(key.pk, per_minute=key.rate_per_minute, burst=key.rate_burst))
+
+
+def _refuse_past_rate(wait: float) -> None:
     if wait:
         raise RateLimited("rate limit exceeded for this key", retry_after=math.ceil(wait))
 

@@ -179,9 +179,11 @@ async def call_passing(*, session: McpSession, tool: str, arguments, request_id:
     `passReadOnly`, or a lasting rule approves it now), written before it goes upstream;
     None (nothing written) when it is to be held."""
     read_only = await _read_only(session.server, tool)
-    return await db(records.call_pass)(
-        session=session, tool=tool, arguments=arguments, read_only=read_only, request_id=request_id
-    )
+    asked = {"tool": tool, "arguments": arguments, "read_only": read_only, "request_id": request_id}
+    call = await records.call_pass_known(session=session, **asked)  # no thread hop (PostgreSQL)
+    if call is not None:
+        return call
+    return await db(records.call_pass)(session=session, **asked)
 
 
 async def call_tool(
@@ -233,6 +235,12 @@ async def _await_decision(*, call, key, server, tool, progress, fresh) -> CallTo
             while True:
                 claimed = False
                 if not fresh:
+                    # approved and still held: claimed from the event loop (PostgreSQL)
+                    won, args = await records.call_claim_approved(call=call)
+                    if won:
+                        return await _send(
+                            call=call, key=key, arguments=call.arguments if args is None else args
+                        )
                     call, claimed = await db(records.call_look_and_claim)(call=call)
                 fresh = False
                 approval = call.approval

@@ -14,15 +14,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
-from approvals.models import Approval, ApprovalStatus, Rule
+from approvals.models import Approval, ApprovalStatus, Rule, RuleVersion
 from approvals.services.expiry import approvals_expire_due
 from approvals.services.requests import approvals_cancel
-from approvals.services.rules import rule_approving
+from approvals.services.rules import rule_approving, rule_approving_known
 from approvals.services.settle import approval_settle
 from console.audit.log import audit, audit_many
+from console.core import adb
 from gateway import edge
 from gateway.models import CallState, McpCall, McpServer, McpSession
 from runs import access
@@ -111,11 +112,16 @@ def session_find(*, server: McpServer, key, public_id: str) -> McpSession | None
 def session_touch(*, session: McpSession) -> None:
     """A request of the session: its idle time starts again (written at most once per tenth
     of the idle limit, and with each call's record)."""
-    now = timezone.now()
-    every = timedelta(seconds=min(60, settings.GAVEL_MCP_SESSION_IDLE_SECONDS / 10))
-    if now - session.last_used_at >= every:
+    if session_touch_due(session):
+        now = timezone.now()
         McpSession.objects.filter(pk=session.pk).update(last_used_at=now)
         session.last_used_at = now
+
+
+def session_touch_due(session: McpSession) -> bool:
+    """Is the session's idle time due to be written again (session_touch would write)?"""
+    every = timedelta(seconds=min(60, settings.GAVEL_MCP_SESSION_IDLE_SECONDS / 10))
+    return timezone.now() - session.last_used_at >= every
 
 
 def session_idle(session: McpSession) -> bool:
@@ -339,7 +345,8 @@ def call_pass(
     `passReadOnly`, or a lasting rule approves it now): the one write before it goes upstream,
     its McpCall (`passed_by` says why it passed; `recorded` false: its step, approval and
     audit entry are written after it is answered, by call_record_passed, or by the sweep if
-    this process stops first). None: the call takes the recorded-first path (call_begin)."""
+    this process stops first). None: the call takes the recorded-first path (call_begin).
+    On PostgreSQL, `call_pass_known` answers most such calls first, from the event loop."""
     server = session.server
     passed_by = READ_ONLY if read_only else None
     if passed_by is None:
@@ -352,14 +359,20 @@ def call_pass(
         if spec is None:
             return None
         passed_by = spec.id
+    call = _passed_row(session, tool, arguments, passed_by, request_id)
+    call.save(force_insert=True)
+    return call
+
+
+def _passed_row(session, tool, arguments, passed_by: str, request_id: str) -> McpCall:
     now = timezone.now()
-    call = McpCall.objects.create(
+    call = McpCall(
         state=CallState.FORWARDING,
         created_at=now,
         forwarded_at=now,
         tenant_id=session.tenant_id,
         session=session,
-        server=server,
+        server=session.server,
         principal_id=session.principal_id,
         tool=tool,
         canonical=canonical(arguments),
@@ -372,6 +385,65 @@ def call_pass(
     )
     call.session = session
     return call
+
+
+async def call_pass_known(
+    *, session: McpSession, tool: str, arguments, read_only: bool, request_id: str = ""
+) -> McpCall | None:
+    """`call_pass` with no thread hop and no query of its own, on PostgreSQL: what passes it
+    is known in this process (read-only under `passReadOnly`, or a rule of the rule set it
+    compiled last: approvals' `rule_approving_known`), and the McpCall is one INSERT from the
+    event loop (console/adb.py, a durable commit) that writes only while the tenant's rules
+    version is still the one that rule was compiled at. None, having written nothing: not
+    known here, or the rules moved, or the database path is not usable — ask `call_pass`."""
+    if not adb.usable():
+        return None
+    version = None
+    if read_only:
+        passed_by = READ_ONLY
+    else:
+        known = rule_approving_known(
+            run=session.run,
+            tool_name=_name(session.server, tool),
+            arguments=arguments,
+            authority_of=edge.authority,
+        )
+        if known is None:
+            return None
+        passed_by, version = known[0].id, known[1]
+    call = _passed_row(session, tool, arguments, passed_by, request_id)
+    sql, params = _insert_sql(call, rules_version=version)
+    try:
+        rows = await adb.fetch(sql, params, durable=True)
+    except Exception as exc:
+        if not adb.unreachable(exc):
+            raise
+        return None  # the ORM path answers (a 503 if the database is down)
+    if not rows:
+        return None  # the rules moved since they were compiled here
+    call.pk = rows[0][0]
+    call._state.adding, call._state.db = False, "default"
+    return call
+
+
+def _insert_sql(call: McpCall, *, rules_version: int | None) -> tuple[str, list]:
+    """The McpCall's INSERT ... RETURNING id, values prepared as the ORM prepares them; with
+    `rules_version`, written only while the tenant's rules version is that one."""
+    conn = connections["default"]
+    quote = conn.ops.quote_name
+    fields = [f for f in McpCall._meta.concrete_fields if not f.primary_key]
+    params = [f.get_db_prep_save(f.pre_save(call, True), conn) for f in fields]
+    columns = ", ".join(quote(f.column) for f in fields)
+    marks = ", ".join(["%s"] * len(fields))
+    sql = f"INSERT INTO {quote(McpCall._meta.db_table)} ({columns}) SELECT {marks}"  # noqa: S608
+    if rules_version is not None:
+        meta = RuleVersion._meta
+        table, tenant = quote(meta.db_table), quote(meta.pk.column)
+        version = quote(meta.get_field("version").column)
+        # Identifiers come from the models; every value is a parameter.
+        sql += f" WHERE EXISTS (SELECT 1 FROM {table} WHERE {tenant} = %s AND {version} = %s)"  # noqa: S608
+        params += [call.tenant_id, rules_version]
+    return sql + f" RETURNING {quote(McpCall._meta.pk.column)}", params
 
 
 def call_record_passed(*, call: McpCall, result: dict | None, key) -> bool:
@@ -526,6 +598,48 @@ def call_look_and_claim(*, call: McpCall) -> tuple[McpCall, bool]:
     ):
         return fresh, call_claim(call=fresh)
     return fresh, False
+
+
+async def call_claim_approved(*, call: McpCall) -> tuple[bool, object]:
+    """`call_look_and_claim`'s commonest answer — approved, still held, claimed now — from the
+    event loop on PostgreSQL (console/adb.py, a durable commit): one conditional UPDATE of the
+    call joined to its approved approval, no thread hop, no ORM. (True, the reviewer's
+    arguments or None for the requested ones) when this caller claimed it; (False, None) —
+    ask `call_look_and_claim` — for anything else (not approved yet, denied, expired, claimed
+    elsewhere, or the async path not usable)."""
+    if not adb.usable():
+        return False, None
+    conn = connections["default"]
+    quote = conn.ops.quote_name
+    calls, approvals = McpCall._meta, Approval._meta
+
+    def column(meta, name: str) -> str:
+        return quote(meta.get_field(name).column)
+
+    # Identifiers come from the models; every value is a parameter.
+    sql = (
+        f"UPDATE {quote(calls.db_table)} AS c SET {column(calls, 'state')} = %s, "  # noqa: S608
+        f"{column(calls, 'forwarded_at')} = %s, {column(calls, 'recorded')} = false "
+        f"FROM {quote(approvals.db_table)} AS a WHERE c.{quote(calls.pk.column)} = %s "
+        f"AND c.{column(calls, 'state')} = %s "
+        f"AND a.{quote(approvals.pk.column)} = c.{column(calls, 'approval')} "
+        f"AND a.{column(approvals, 'status')} = %s "
+        f"RETURNING a.{column(approvals, 'decided_arguments')}"
+    )
+    params = [CallState.FORWARDING, timezone.now(), call.pk, CallState.HELD]
+    params.append(ApprovalStatus.APPROVED)
+    try:
+        rows = await adb.fetch(sql, params, durable=True)
+    except Exception as exc:
+        if not adb.unreachable(exc):
+            raise
+        return False, None  # the ORM path answers
+    if not rows:
+        return False, None
+    call.state = CallState.FORWARDING
+    McpCall.approval.field.delete_cached_value(call)  # as decided: read again by its record
+    field = approvals.get_field("decided_arguments")  # the jsonb as the ORM reads it
+    return True, field.from_db_value(rows[0][0], None, conn)
 
 
 def call_claim(*, call: McpCall) -> bool:

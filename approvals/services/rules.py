@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from django.core.exceptions import SynchronousOnlyOperation
 from django.db import IntegrityError, transaction
 from django.db.models import Case, F, PositiveBigIntegerField, Value, When
 from django.db.models.functions import Coalesce, Greatest
@@ -210,20 +211,44 @@ def rule_approving(*, run, tool_name: str, arguments, authority_of=None) -> Rule
     version = rules_version(tenant_id=run.tenant_id)
     if not version:
         return None
-    tenant = run.tenant
-    ruleset = ruleset_for(tenant=tenant, version=version)
+    ruleset = ruleset_for(tenant=run.tenant, version=version)
+    return _approving(run, ruleset, tool_name, arguments, authority_of)
+
+
+def _approving(run, ruleset: RuleSet, tool_name: str, arguments, authority_of) -> RuleSpec | None:
+    """The rule of `ruleset` that approves this call now, or None."""
     if not len(ruleset):
         return None
     call = Call(tool_name=tool_name, arguments=arguments, **_facts(run, ruleset))
     outcome = ruleset.decide(
         call,
         now=timezone.now(),
-        allow_self_approval=tenant.allow_self_approval,
+        allow_self_approval=run.tenant.allow_self_approval,
         authority=(authority_of or approvals_access.RuleAuthority)(ruleset),
     )
     if outcome.decision != "approve" or outcome.rule is None:
         return None
     return outcome.rule.spec
+
+
+def rule_approving_known(
+    *, run, tool_name: str, arguments, authority_of=None
+) -> tuple[RuleSpec, int] | None:
+    """`rule_approving` with no database trip, from the rule set this process compiled last
+    for the tenant: (the approving rule, the rules version it was compiled at), or None —
+    ask `rule_approving` (no compiled rules here, a rule that does not approve, or a fact or
+    an author's roles not at hand: one that would need a query, which an event loop may not
+    make). The caller's write must hold only while that version is the tenant's (the MCP
+    gateway's INSERT checks it in the same statement, gateway/records.py)."""
+    cached = _compiled.get(run.tenant_id)
+    if cached is None:
+        return None
+    version, ruleset = cached
+    try:
+        spec = _approving(run, ruleset, tool_name, arguments, authority_of)
+    except SynchronousOnlyOperation:  # something of the run or the authors is not loaded
+        return None
+    return None if spec is None else (spec, version)
 
 
 def rule_hits_add(*, counts: Counter, now=None) -> None:

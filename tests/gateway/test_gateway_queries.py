@@ -6,6 +6,7 @@ bounds fail when a change adds trips; the record's contents are checked too (not
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -186,3 +187,76 @@ def test_a_batch_of_passed_calls_costs_the_statements_of_a_few(ungated):
     _show("40 passed calls recorded", batch)
     # the same (SQLite splits a bulk INSERT at its 999 parameters: one more chunk or two)
     assert counts[0] <= counts[1] <= counts[0] + (0 if connection.vendor == "postgresql" else 2)
+
+
+@pytest.mark.postgres
+def test_a_call_the_compiled_rules_pass_is_one_insert_from_the_event_loop(ungated, settings):
+    """records.call_pass_known: no thread hop and no ORM query, one INSERT that holds only
+    while the rules version the process compiled is the tenant's; anything else writes
+    nothing and leaves the call to call_pass."""
+    settings.GAVEL_MCP_CACHE_SECONDS = 600  # the fixture's authority copy stays fresh
+    session, key, rule = ungated
+
+    def known(tool="echo", read_only=False, **arguments):
+        return asyncio.run(
+            records.call_pass_known(
+                session=session, tool=tool, arguments=arguments, read_only=read_only
+            )
+        )
+
+    with CaptureQueriesContext(connection) as orm:
+        call = known(n=1)
+    assert len(orm.captured_queries) == 0  # not through Django's connection
+    row = McpCall.objects.get(pk=call.pk)
+    assert (row.state, row.passed_by, row.recorded) == (CallState.FORWARDING, rule.public_id, False)
+    assert (row.tool, row.arguments, row.session_id) == ("echo", {"n": 1}, session.pk)
+    assert row.canonical == records.canonical({"n": 1}) and row.tool_call_id.startswith("mcp_")
+    records.call_record_passed(call=call, result={"content": []}, key=key)  # recorded as ever
+    assert _types(session)[-5:] == STEP
+
+    assert known(tool="write_file", path="/x") is None  # no rule approves it: call_pass decides
+    ro = known(tool="write_file", read_only=True, path="/x")  # passReadOnly: no rule needed
+    assert McpCall.objects.get(pk=ro.pk).passed_by == records.READ_ONLY
+
+    lea = rule.created_by
+    rule_create(  # the rules move: what this process compiled no longer holds
+        tenant=session.tenant,
+        fields={"name": "other", "effect": "deny", "tool_pattern": "bench.other"},
+        principal=lea,
+    )
+    count = McpCall.objects.count()
+    assert known(n=2) is None
+    assert McpCall.objects.count() == count  # nothing written
+    again = records.call_pass(session=session, tool="echo", arguments={"n": 2}, read_only=False)
+    assert again is not None  # call_pass compiles the new rules...
+    assert known(n=3) is not None  # ...and the event loop's path holds again
+
+
+@pytest.mark.postgres
+def test_a_woken_approved_call_is_claimed_once_from_the_event_loop(ungated):
+    """records.call_claim_approved: one conditional UPDATE joined to the approval, with the
+    reviewer's arguments; anything but approved-and-held leaves the call to
+    call_look_and_claim, unchanged."""
+    session, key, _ = ungated
+    begun = records.call_begin(session=session, tool="write", arguments={"n": 4}, gated=True)
+    call = begun.call
+
+    def claim():
+        return asyncio.run(records.call_claim_approved(call=call))
+
+    assert claim() == (False, None)  # pending: nothing written
+    assert McpCall.objects.get(pk=call.pk).state == CallState.HELD
+    edited = {"n": 40, "note": "reviewer's"}
+    Approval.objects.filter(pk=call.approval_id).update(
+        status=ApprovalStatus.APPROVED, decided_arguments=edited
+    )
+    with CaptureQueriesContext(connection) as orm:
+        assert claim() == (True, edited)
+    assert len(orm.captured_queries) == 0
+    row = McpCall.objects.get(pk=call.pk)
+    assert (row.state, row.recorded) == (CallState.FORWARDING, False) and row.forwarded_at
+    assert claim() == (False, None)  # claimed once: another caller gets nothing
+    # its record reads the approval as decided (not the pending copy the call carried)
+    records.call_finish(call=call, result={"content": []}, key=key, forwarded=True)
+    entry = AuditEvent.objects.get(action="mcp.call.forwarded", object_id=call.tool_call_id)
+    assert entry.data["decision"] == ApprovalStatus.APPROVED
