@@ -402,6 +402,11 @@ GAVEL_MCP_SESSION_IDLE_SECONDS = env_int("GAVEL_MCP_SESSION_IDLE_SECONDS", 1800,
 # How long a server process trusts its copy of a key's and a server's row at the gateway's edge
 # (a revoke, a deactivation or a disabled server is seen at once by the process that made it).
 GAVEL_MCP_CACHE_SECONDS = env_int("GAVEL_MCP_CACHE_SECONDS", 5, minimum=0)
+# An audit entry is sealed into its tenant's hash chain this long after its commit, off the
+# request's path, with the tenant's other commits of the moment (PostgreSQL; 0: right after
+# the commit, in the committing thread, as on SQLite). The sweep seals what a stopped process
+# left: docs/architecture.md, "The audit log".
+GAVEL_AUDIT_SEAL_DELAY_MS = env_int("GAVEL_AUDIT_SEAL_DELAY_MS", 100, minimum=0)
 # The key that encrypts stored secrets (a tenant's OIDC client secret): a Fernet key
 # (32 url-safe base64 bytes); unset, one is derived from SECRET_KEY (console/crypto.py).
 GAVEL_ENCRYPTION_KEY = os.environ.get("GAVEL_ENCRYPTION_KEY", "")

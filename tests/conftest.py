@@ -26,6 +26,7 @@ def pytest_configure(config):
     _fast_password_hasher()
     _redis_prefix_of_this_worker()
     _roomier_pool_in_this_process()
+    _seal_at_commit_in_this_process()
 
 
 def _fast_password_hasher():
@@ -42,6 +43,16 @@ def _fast_password_hasher():
     ]
     hashers.get_hashers.cache_clear()
     hashers.get_hashers_by_algorithm.cache_clear()
+
+
+def _seal_at_commit_in_this_process():
+    """This process seals audit entries right after their commit, as on SQLite: a test reads
+    its entries sealed when its action returns. The Sealer's delay (the servers' default,
+    which the live servers the tests start keep) has its own tests
+    (tests/console/audit/test_sealer.py)."""
+    from django.conf import settings
+
+    settings.GAVEL_AUDIT_SEAL_DELAY_MS = 0
 
 
 def _roomier_pool_in_this_process():

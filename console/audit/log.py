@@ -2,11 +2,16 @@
 tenant's hash chain (after commit), the chain's verification, and `authz.refused` with its
 rate limit. The design and its reasons: docs/architecture.md, "The audit log"."""
 
+from __future__ import annotations
+
 import hmac
 import logging
+import threading
+import time
 from datetime import timedelta
 
-from django.db import DatabaseError, IntegrityError, transaction
+from django.conf import settings
+from django.db import DatabaseError, IntegrityError, close_old_connections, transaction
 from django.utils import timezone
 
 from console.audit.checkpoints import (
@@ -137,23 +142,104 @@ def _entry(
 
 
 def _seal_on_commit(tenant_id: int) -> None:
-    """Once per transaction and tenant: seal right after commit (skipped, never waited for,
-    while another process seals the tenant; the sweep and the next seal catch up)."""
+    """Once per transaction and tenant: seal after commit (skipped, never waited for, while
+    another process seals the tenant; the sweep and the next seal catch up). On PostgreSQL
+    with GAVEL_AUDIT_SEAL_DELAY_MS, a moment after the commit, off the request's path
+    (`Sealer`); else right after the commit, in the committing thread."""
     connection = transaction.get_connection()
     if any(
         getattr(func, "gavel_seal_tenant", None) == tenant_id
         for _, func, _ in connection.run_on_commit
     ):
         return
+    delay = settings.GAVEL_AUDIT_SEAL_DELAY_MS / 1000
+    if delay > 0 and connection.vendor == "postgresql":
 
-    def seal():
-        try:
-            audit_seal(tenant_id=tenant_id, wait=False)
-        except DatabaseError:
-            log.warning("sealing tenant %s's audit entries failed; retried later", tenant_id)
+        def seal():
+            Sealer.here().request(tenant_id, delay)
+
+    else:
+
+        def seal():
+            _seal_now(tenant_id)
 
     seal.gavel_seal_tenant = tenant_id
     transaction.on_commit(seal, robust=True)
+
+
+def _seal_now(tenant_id: int) -> None:
+    try:
+        audit_seal(tenant_id=tenant_id, wait=False)
+    except DatabaseError:
+        log.warning("sealing tenant %s's audit entries failed; retried later", tenant_id)
+
+
+class Sealer:
+    """This process's seals a moment after their commits (GAVEL_AUDIT_SEAL_DELAY_MS), in one
+    thread of its own: the request that wrote an entry answers without waiting for its seal,
+    the runtime a decision wakes does its work without a seal beside it, and the commits of
+    a tenant within the delay are sealed together (one chain lock, one UPDATE). An entry is
+    committed before it is sealed, so nothing is lost if the process stops first: the sweep
+    seals it (`audit_seal_due`), and so does the next seal of the tenant, and verify."""
+
+    _lock = threading.Lock()
+    _one: Sealer | None = None
+
+    def __init__(self):
+        self._due: dict[int, float] = {}  # tenant id -> when to seal it
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="gavel-audit-sealer", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def here(cls) -> Sealer:
+        with cls._lock:
+            if cls._one is None or not cls._one._thread.is_alive():
+                cls._one = cls()
+            return cls._one
+
+    def request(self, tenant_id: int, delay: float) -> None:
+        with self._changed:
+            self._due.setdefault(tenant_id, time.monotonic() + delay)
+            self._changed.notify()
+
+    def flush(self) -> int:
+        """Seal every tenant waiting now, in the calling thread (a stopping server); returns
+        how many tenants it sealed."""
+        with self._changed:
+            tenants, self._due = list(self._due), {}
+        for tenant_id in tenants:
+            self._seal(tenant_id)
+        return len(tenants)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                now = time.monotonic()
+                ready = [t for t, at in self._due.items() if at <= now]
+                if not ready:
+                    wait = min(self._due.values()) - now if self._due else None
+                    self._changed.wait(wait)
+                    continue
+                for tenant_id in ready:
+                    del self._due[tenant_id]
+            for tenant_id in ready:
+                self._seal(tenant_id)
+
+    @staticmethod
+    def _seal(tenant_id: int) -> None:
+        try:
+            _seal_now(tenant_id)
+        except Exception:  # never let the thread die: the sweep seals what is left
+            log.exception("sealing tenant %s's audit entries failed", tenant_id)
+        finally:
+            close_old_connections()  # the connection goes back to the pool between seals
+
+
+def audit_seals_flush() -> int:
+    """The seals this process still has to make, made now (a server's shutdown hook)."""
+    sealer = Sealer._one
+    return sealer.flush() if sealer is not None else 0
 
 
 # --- the chain ---
