@@ -178,10 +178,21 @@ def main() -> None:
             gateway = f"{base}/mcp/bench"
             print(f"mcp: {CALLS} sequential calls, {CONCURRENCY} concurrent clients, {HELD} held")
             direct = asyncio.run(sequential(upstream_url, None, CALLS))
+            pid = support.PROCS[base].pid
+            cpu0 = support.cpu_seconds(pid)
             through = asyncio.run(sequential(gateway, key, CALLS))
+            time.sleep(1.5)  # the write-behind records of those calls, written when idle
+            gateway_cpu = (support.cpu_seconds(pid) - cpu0) / (CALLS + 10) * 1000
             direct_rate = asyncio.run(throughput(upstream_url, None, CALLS, CONCURRENCY))
             gateway_rate = asyncio.run(throughput(gateway, key, CALLS, CONCURRENCY))
             decided, after_post = asyncio.run(held(base, key, decide_key, HELD))
+        # The floor: the same hop through a bare forwarder in daphne (bench/_bare_forwarder.py)
+        bare_env = {**env, "BENCH_BARE_UPSTREAM": upstream_url}
+        with support.daphne(bare_env, app="bench._bare_forwarder:application") as bare:
+            cpu0 = support.cpu_seconds(support.PROCS[bare].pid)
+            bare_times = asyncio.run(sequential(f"{bare}/mcp", None, CALLS))
+            bare_cpu = (support.cpu_seconds(support.PROCS[bare].pid) - cpu0) / (CALLS + 10) * 1000
+            bare_rate = asyncio.run(throughput(f"{bare}/mcp", None, CALLS, CONCURRENCY))
     d50, g50 = pct(direct, 0.5) * 1000, pct(through, 0.5) * 1000
     d90, g90 = pct(direct, 0.9) * 1000, pct(through, 0.9) * 1000
     added = g50 - d50
@@ -203,6 +214,21 @@ def main() -> None:
         ratio=ratio,
         target=">= 0.8x",
         met=ratio >= 0.8,
+    )
+    b50 = pct(bare_times, 0.5) * 1000
+    support.record(
+        "mcp",
+        "floor: a bare HTTP forwarder in daphne (no Gavel work), added latency p50 / calls/s",
+        f"{b50 - d50:.1f} ms / {bare_rate:.0f}/s ({bare_rate / direct_rate:.2f}x direct)",
+        baseline=f"direct {d50:.1f} ms / {direct_rate:.0f}/s; the gateway {added:.1f} ms / "
+        f"{gateway_rate:.0f}/s",
+    )
+    support.record(
+        "mcp",
+        "the serving process's CPU per ungated call, its records included (sequential)",
+        f"{gateway_cpu:.2f} ms",
+        baseline=f"the bare forwarder's {bare_cpu:.2f} ms",
+        ratio=gateway_cpu / bare_cpu if bare_cpu else None,
     )
     h50 = pct(decided, 0.5) * 1000
     support.record(
