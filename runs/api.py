@@ -1,5 +1,6 @@
 """Runs over the wire: admission, listing, one run, events. Handlers only translate."""
 
+from django.db import transaction
 from ninja import Query, Router, Status
 
 from console.core.wire import errors
@@ -19,8 +20,11 @@ router = Router(tags=["runs"])
     summary="Admit a run (201 new, 200 identical replay, 409 a different body)",
 )
 def runs_admit(request, payload: s.NewRunIn):
-    run, created = run_admit(tenant=request.auth.tenant, body=payload)
-    return Status(201 if created else 200, run_resource(run=run))
+    # The answer is read before the admission commits: a database lost while it is read rolls
+    # the admission back, so a 503 changed nothing (the contract's "no partial writes").
+    with transaction.atomic():
+        run, created = run_admit(tenant=request.auth.tenant, body=payload)
+        return Status(201 if created else 200, run_resource(run=run))
 
 
 @router.get(

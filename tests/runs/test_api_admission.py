@@ -2,6 +2,7 @@
 what a body must hold."""
 
 import pytest
+from django.db import OperationalError
 
 from console.models import Principal
 from runs.models import Agent, AgentVersion, Conversation, Run
@@ -27,6 +28,25 @@ def test_admission_creates_the_run_and_registers_unknown_ids(ingest_a, tenant_a)
     assert Agent.objects.filter(tenant=tenant_a, external_id="support-bot").exists()
     assert AgentVersion.objects.filter(agent__external_id="support-bot", version=3).exists()
     assert Conversation.objects.filter(tenant=tenant_a, external_id="conv_42").exists()
+
+
+def test_a_database_lost_while_the_answer_is_read_is_503_and_admits_nothing(
+    ingest_a, tenant_a, monkeypatch
+):
+    """The contract: a request that fails changes nothing. The answer's reads (the pending
+    calls, the verdicts) come after the run's INSERT: a connection PostgreSQL drops between
+    them (CI's outage test stops it at any moment) leaves no admitted run behind a 503."""
+
+    def dropped(**kwargs):
+        raise OperationalError("terminating connection due to administrator command")
+
+    monkeypatch.setattr("runs.api.run_resource", dropped)
+    response = ingest_a.post(RUNS, new_run())
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "database_unavailable"
+    assert not Run.objects.filter(tenant=tenant_a).exists()
+    monkeypatch.undo()
+    assert ingest_a.post(RUNS, new_run()).status_code == 201  # the runtime's retry admits it
 
 
 def test_identical_admission_replay_is_200_and_changes_nothing(ingest_a, admitted):
