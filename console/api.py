@@ -6,11 +6,12 @@ exceptions (console.errors) mapped here, once.
 """
 
 import asyncio
+import functools
 import logging
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SynchronousOnlyOperation
-from django.db import DataError, InterfaceError, OperationalError, connection
+from django.db import DataError, InterfaceError, OperationalError, connection, transaction
 from django.http import Http404
 from django.urls import URLPattern, register_converter
 from django.urls import path as django_path
@@ -420,6 +421,31 @@ def on_unexpected(request, exc):
     )
 
 
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _one_transaction(handler):
+    """A change through the API and the answer read after it are one transaction: a request
+    that fails after its write (the database lost while the answer is read, an error in it)
+    leaves nothing written, as the contract says ("a request that fails changes nothing: no
+    partial writes"). The services' own transactions nest in it as savepoints; what they
+    hand to `on_commit` (publishes, seals, mails) runs when it commits, before the answer is
+    sent. Reads, the async long poll (which waits outside any transaction), and a handler
+    marked `own_transaction` (the events batch: its answer is its transaction's) pass."""
+    if asyncio.iscoroutinefunction(handler) or getattr(handler, "own_transaction", False):
+        return handler
+
+    @functools.wraps(handler)
+    def in_one_transaction(request, *args, **kwargs):
+        if request.method in SAFE_METHODS:
+            return handler(request, *args, **kwargs)
+        with transaction.atomic():
+            return handler(request, *args, **kwargs)
+
+    return in_one_transaction
+
+
+api.add_decorator(_one_transaction)  # mode "operation": the handler, after validation
 api.add_router("/", runs_router)
 api.add_router("/", runs_state_router)  # states and outcomes
 api.add_router("/", approvals_router)

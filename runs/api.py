@@ -1,9 +1,8 @@
 """Runs over the wire: admission, listing, one run, events. Handlers only translate."""
 
-from django.db import transaction
 from ninja import Query, Router, Status
 
-from console.core.wire import errors
+from console.core.wire import errors, own_transaction
 from console.web.auth import ingest_auth
 from runs import schemas as s
 from runs.selectors import run_get, run_resource, runs_list
@@ -20,11 +19,8 @@ router = Router(tags=["runs"])
     summary="Admit a run (201 new, 200 identical replay, 409 a different body)",
 )
 def runs_admit(request, payload: s.NewRunIn):
-    # The answer is read before the admission commits: a database lost while it is read rolls
-    # the admission back, so a 503 changed nothing (the contract's "no partial writes").
-    with transaction.atomic():
-        run, created = run_admit(tenant=request.auth.tenant, body=payload)
-        return Status(201 if created else 200, run_resource(run=run))
+    run, created = run_admit(tenant=request.auth.tenant, body=payload)
+    return Status(201 if created else 200, run_resource(run=run))
 
 
 @router.get(
@@ -56,6 +52,7 @@ def runs_show(request, run_id: str):
     by_alias=True,
     summary="Append a batch of 1..500 events in one transaction",
 )
+@own_transaction  # one transaction; the answer is its last seq
 def runs_events(request, run_id: str, payload: s.EventBatchIn):
     last_seq = run_events_apply(
         tenant_id=request.auth.tenant_id, run_id=run_id, events=payload.events

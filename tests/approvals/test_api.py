@@ -47,6 +47,30 @@ def test_a_decided_call_answers_409_with_who_and_status(decide_a, approval, lead
     assert error["details"] == {"decidedBy": "lead@a.example", "status": "denied"}
 
 
+def test_a_database_lost_while_the_answer_is_read_is_503_and_decides_nothing(
+    decide_a, approval, monkeypatch
+):
+    """The contract: a request that fails changes nothing. The answer (the approval with its
+    run's costs) is read after the decision's write: every change through the API is one
+    transaction with its answer (console/api.py), so a 503 leaves the call pending, with no
+    audit entry, and the reviewer's retry decides it."""
+    from django.db import OperationalError
+
+    def dropped(**kwargs):
+        raise OperationalError("terminating connection due to administrator command")
+
+    monkeypatch.setattr("approvals.api.run_costs", dropped)
+    response = decide_a.post(decide_path(approval), {"decision": "approve"})
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "database_unavailable"
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.PENDING and approval.decided_at is None
+    assert not AuditEvent.objects.filter(action="approval.decided").exists()
+    monkeypatch.undo()
+    assert decide_a.post(decide_path(approval), {"decision": "approve"}).status_code == 200
+    assert AuditEvent.objects.filter(action="approval.decided").count() == 1
+
+
 def test_decide_errors_in_the_contracts_order(client, tenant_a, tenant_b, approval, viewer_a):
     path = decide_path(approval)
     assert ApiClient(client, None).post(path, {"decision": "approve"}).status_code == 401

@@ -513,11 +513,12 @@ def test_an_identical_put_costs_a_few_queries_even_reformatted(
     body = rich_state()
     put(ingest_a, body)
     # The key, the run, its pending calls, its verdicts (rows of their own) and the tenant's
-    # budgets (the cost beside each pending call; with budgets, their spend too).
-    with django_assert_max_num_queries(6):
+    # budgets (the cost beside each pending call; with budgets, their spend too); and the
+    # service's SAVEPOINT and its RELEASE (the request and its answer are one transaction).
+    with django_assert_max_num_queries(8):
         assert ingest_a.put(state_url("run_rich"), body).status_code == 200
     reformatted = json.dumps(body, indent=2)  # other bytes, the same state
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(8):
         assert ingest_a.put(state_url("run_rich"), raw=reformatted).status_code == 200
 
 
