@@ -102,6 +102,31 @@ def _redis_prefix_of_this_worker():
 
 
 def pytest_collection_modifyitems(config, items):
+    _long_modules_first(items)
+    _postgres_only(items)
+
+
+def _long_modules_first(items):
+    """Under pytest-xdist (`--dist loadfile` hands modules out in collection order), the outage
+    drills (the socket churn alone is minutes) and the browser tests go first: a run otherwise
+    ended with one worker on them while the other had nothing left. Stable: each module's own
+    order, and every worker's collection, stay the same."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+
+    def weight(item):
+        return (
+            0
+            if item.get_closest_marker("outage")
+            else 1
+            if item.get_closest_marker("browser")
+            else 2
+        )
+
+    items.sort(key=weight)
+
+
+def _postgres_only(items):
     from django.conf import settings
 
     on_postgres = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
