@@ -29,7 +29,7 @@ from budgets import access as budgets_access
 from budgets.api import router as budgets_router
 from console.audit.log import audit_refused
 from console.core import db
-from console.core.errors import DatabaseUnavailable, GavelError
+from console.core.errors import DatabaseUnavailable, GavelError, Unavailable
 from console.core.wire import strict_json, unstorable_text
 from console.directory import access, signin
 from console.manage.api.audit import router as audit_router
@@ -428,10 +428,11 @@ def _one_transaction(handler):
     """A change through the API and the answer read after it are one transaction: a request
     that fails after its write (the database lost while the answer is read, an error in it)
     leaves nothing written, as the contract says ("a request that fails changes nothing: no
-    partial writes"). The services' own transactions nest in it as savepoints; what they
-    hand to `on_commit` (publishes, seals, mails) runs when it commits, before the answer is
-    sent. Reads, the async long poll (which waits outside any transaction), and a handler
-    marked `own_transaction` (the events batch: its answer is its transaction's) pass."""
+    partial writes"); a service's deliberate refusal commits what it wrote before it. The
+    services' own transactions nest in it as savepoints; what they hand to `on_commit`
+    (publishes, seals, mails) runs when it commits, before the answer is sent. Reads, the
+    async long poll (which waits outside any transaction), and a handler marked
+    `own_transaction` (the events batch: its answer is its transaction's) pass."""
     if asyncio.iscoroutinefunction(handler) or getattr(handler, "own_transaction", False):
         return handler
 
@@ -440,7 +441,17 @@ def _one_transaction(handler):
         if request.method in SAFE_METHODS:
             return handler(request, *args, **kwargs)
         with transaction.atomic():
-            return handler(request, *args, **kwargs)
+            try:
+                return handler(request, *args, **kwargs)
+            except Unavailable:
+                raise
+            except GavelError as refused:
+                # A refusal (404, 409, 422, ...) keeps what its service committed on purpose
+                # before refusing, as without this transaction: a decision on a call past its
+                # expiry leaves it expired (approvals.services.decisions). Its services' own
+                # writes that failed rolled back in their savepoints.
+                refusal = refused
+        raise refusal
 
     return in_one_transaction
 

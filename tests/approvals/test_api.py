@@ -71,6 +71,17 @@ def test_a_database_lost_while_the_answer_is_read_is_503_and_decides_nothing(
     assert AuditEvent.objects.filter(action="approval.decided").count() == 1
 
 
+def test_a_decision_on_a_call_past_its_expiry_is_409_and_leaves_it_expired(decide_a, approval):
+    """The refusal keeps the lazy expiry its service committed before refusing (the request's
+    transaction commits on a deliberate refusal), so the runtime reads the call expired."""
+    Approval.objects.filter(pk=approval.pk).update(expires_at=timezone.now())
+    response = decide_a.post(decide_path(approval), {"decision": "approve"})
+    assert response.status_code == 409
+    assert response.json()["error"]["details"]["status"] == "expired"
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.EXPIRED
+
+
 def test_decide_errors_in_the_contracts_order(client, tenant_a, tenant_b, approval, viewer_a):
     path = decide_path(approval)
     assert ApiClient(client, None).post(path, {"decision": "approve"}).status_code == 401
