@@ -113,15 +113,10 @@ def _long_modules_first(items):
     order, and every worker's collection, stay the same."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
+    first = ("outage", "browser")
 
     def weight(item):
-        return (
-            0
-            if item.get_closest_marker("outage")
-            else 1
-            if item.get_closest_marker("browser")
-            else 2
-        )
+        return next((n for n, name in enumerate(first) if item.get_closest_marker(name)), 2)
 
     items.sort(key=weight)
 

@@ -3,6 +3,7 @@ and the decisions long-poll runtimes read (its sync semantics; the async waits a
 test_longpoll.py)."""
 
 import pytest
+from django.db import OperationalError
 from django.test import Client
 from django.utils import timezone
 
@@ -54,7 +55,6 @@ def test_a_database_lost_while_the_answer_is_read_is_503_and_decides_nothing(
     run's costs) is read after the decision's write: every change through the API is one
     transaction with its answer (console/api.py), so a 503 leaves the call pending, with no
     audit entry, and the reviewer's retry decides it."""
-    from django.db import OperationalError
 
     def dropped(**kwargs):
         raise OperationalError("terminating connection due to administrator command")
