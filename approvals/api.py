@@ -28,7 +28,7 @@ from approvals.services.delivery import decisions_answer_async, recheck_seconds
 from budgets.spend import run_costs
 from console.core.db import released
 from console.core.errors import Invalid, RateLimited
-from console.core.wire import CamelSchema, OptionalCursor, errors
+from console.core.wire import CamelSchema, OptionalCursor, errors, own_transaction
 from console.live import realtime
 from console.web.auth import browser_session, decide_auth, ingest_auth_held
 from ops.context import Lifecycle
@@ -188,9 +188,15 @@ async def run_decisions(
     by_alias=True,
     summary="Decide a held call (exactly one decision wins; a decided call answers 409)",
 )
+@own_transaction  # the decision is one transaction; nothing is read after it commits
 def approvals_decide(request, approval_id: str, payload: DecisionIn):
+    """Everything the answer needs is read before the decision is written (a decision changes
+    no cost), so its commit is the request's last database work: a request that fails before
+    it changes nothing, and the runtime's wake (published at that commit) waits for no read
+    of the answer."""
     viewer = request.auth
     approval = approvals_access.approval_for_decider(viewer=viewer, approval_id=approval_id)
+    costs = run_costs(runs=[approval.run])
     arguments = payload.arguments if "arguments" in payload.model_fields_set else UNSET
     approval = approval_decide(
         approval=approval,
@@ -199,7 +205,7 @@ def approvals_decide(request, approval_id: str, payload: DecisionIn):
         message=payload.message,
         arguments=arguments,
     )
-    return approval_resource(approval, costs=run_costs(runs=[approval.run]))
+    return approval_resource(approval, costs=costs)
 
 
 @router.get(

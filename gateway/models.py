@@ -4,7 +4,7 @@ the gateway (in the database, so any server process continues one), and each `to
 
 import secrets
 
-from django.db import models
+from django.db import connections, models
 from django.utils import timezone
 
 from approvals.models import Approval
@@ -88,6 +88,42 @@ class CallState(models.TextChoices):
     REFUSED = "refused"  # denied or expired: nothing went upstream
 
 
+class McpCallQuerySet(models.QuerySet):
+    def record_many(self, calls: list, *, state: str, finished_at, recorded: bool) -> int:
+        """Each call's `step`, `approval` and `result` as the objects hold them, and one
+        `state`, `finished_at` and `recorded` for all, in one UPDATE from a VALUES list (SQL,
+        which PostgreSQL and SQLite both run): the ORM's bulk_update builds a CASE per column
+        and row, ~2.5 ms of Python a call in a write-behind batch of 100."""
+        if not calls:
+            return 0
+        connection = connections[self.db]
+        quote = connection.ops.quote_name
+        meta = self.model._meta
+        table = quote(meta.db_table)
+        step, approval, result = (meta.get_field(name) for name in ("step", "approval", "result"))
+        json_type = "jsonb" if connection.vendor == "postgresql" else "text"
+        values = ", ".join(["(%s, %s, %s, %s)"] * len(calls))
+        sql = (  # identifiers from the model, every value a parameter
+            f"UPDATE {table} SET {quote(step.column)} = CAST(v.column2 AS integer), "  # noqa: S608
+            f"{quote(approval.column)} = CAST(v.column3 AS bigint), "
+            f"{quote(result.column)} = CAST(v.column4 AS {json_type}), "
+            f"{quote('state')} = %s, {quote('finished_at')} = %s, {quote('recorded')} = %s "
+            f"FROM (VALUES {values}) AS v WHERE {table}.id = CAST(v.column1 AS bigint)"
+        )
+        finished = meta.get_field("finished_at").get_db_prep_save(finished_at, connection)
+        params = [state, finished, recorded]
+        for call in calls:
+            params += [
+                call.pk,
+                call.step,
+                call.approval_id,
+                result.get_db_prep_save(call.result, connection),
+            ]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount
+
+
 class McpCall(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     session = models.ForeignKey(McpSession, on_delete=models.CASCADE, related_name="calls")
@@ -114,6 +150,8 @@ class McpCall(models.Model):
     # False while a passed call's step, approval and audit are still to be written (the
     # write-behind; the sweep records what a stopped process left: gateway/records.py).
     recorded = models.BooleanField(default=True)
+
+    objects = McpCallQuerySet.as_manager()
 
     class Meta:
         indexes = [

@@ -520,9 +520,8 @@ def _record_run(items: list) -> int:
             approval = _approved_by(run=run, call=call, approval=approvals.get(call.tool_call_id))
         call.approval = approval
         call.state, call.result, call.finished_at, call.recorded = CallState.DONE, result, now, True
-    McpCall.objects.bulk_update(  # one statement for the batch
-        [call for call, _, _, _ in done],
-        ["step", "approval", "state", "result", "finished_at", "recorded"],
+    McpCall.objects.record_many(  # one statement for the batch
+        [call for call, _, _, _ in done], state=CallState.DONE, finished_at=now, recorded=True
     )
     audit_many(  # one INSERT for the batch
         [

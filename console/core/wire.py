@@ -120,8 +120,9 @@ class ErrorOut(Schema):
 
 def own_transaction(handler):
     """Marks an API handler whose service is one transaction and whose answer comes from it
-    (nothing is read after the commit): console/api.py does not wrap it in another one, so
-    the hot path spends no SAVEPOINT round trips on it."""
+    or is read before it (nothing is read after the commit): console/api.py does not wrap it
+    in another one, so the hot path spends no SAVEPOINT round trips on it and what the
+    service hands to `on_commit` (a runtime's wake) goes out at its own commit."""
     handler.own_transaction = True
     return handler
 

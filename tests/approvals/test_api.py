@@ -51,9 +51,8 @@ def test_a_decided_call_answers_409_with_who_and_status(decide_a, approval, lead
 def test_a_database_lost_while_the_answer_is_read_is_503_and_decides_nothing(
     decide_a, approval, monkeypatch
 ):
-    """The contract: a request that fails changes nothing. The answer (the approval with its
-    run's costs) is read after the decision's write: every change through the API is one
-    transaction with its answer (console/api.py), so a 503 leaves the call pending, with no
+    """The contract: a request that fails changes nothing. The answer's costs are read before
+    the decision is written (approvals/api.py), so a 503 leaves the call pending, with no
     audit entry, and the reviewer's retry decides it."""
 
     def dropped(**kwargs):

@@ -56,3 +56,22 @@ def test_the_entry_is_sealed_when_the_answer_is_sent(decide_a, approval):
     assert decide_a.post(path, {"decision": "deny"}).status_code == 200
     entry = AuditEvent.objects.get(action="approval.decided", object_id=approval.public_id)
     assert entry.hash is not None and entry.chain_seq is not None  # sealed on commit
+
+
+@pytest.mark.django_db(transaction=True)  # the decision's own COMMIT is what is looked at
+def test_the_decision_commits_as_soon_as_it_is_written(decide_a, approval):
+    """The answer is read before the decision (approvals/api.py): the UPDATE, its audit entry,
+    then the COMMIT that publishes the runtime's wake. No read of the answer, no SAVEPOINT of
+    an outer transaction, stands between the decision and its wake."""
+    path = f"/api/v1/approvals/{approval.public_id}/decision"
+    with CaptureQueriesContext(connection) as queries:
+        response = decide_a.post(path, {"decision": "approve"})
+    assert response.status_code == 200, response.content
+    assert response.json()["runCostMinorUnits"] == 0 and response.json()["budgets"] == []
+    sqls = [q["sql"] for q in queries.captured_queries]
+    update = next(i for i, s in enumerate(sqls) if s.startswith('UPDATE "approvals_approval"'))
+    commit = next(i for i, s in enumerate(sqls) if i > update and s == "COMMIT")
+    between = sqls[update + 1 : commit]
+    assert [s.split(" ")[0] for s in between] == ["INSERT"], between  # the audit entry
+    assert '"console_auditevent"' in between[0]
+    assert not [s for s in sqls[:update] if s.startswith("SAVEPOINT")]

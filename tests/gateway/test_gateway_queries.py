@@ -20,7 +20,7 @@ from console.models import ApiKey, AuditEvent
 from gateway import records
 from gateway.models import CallState, McpCall, McpServer
 from runs.models import RunEvent, ToolResult
-from tests.support.factories import PrincipalFactory, TenantFactory, make_key
+from tests.support.factories import ApprovalFactory, PrincipalFactory, TenantFactory, make_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 PASS_BOUND = 2  # before upstream: the rules version, the INSERT (the authors' roles: edge.py)
@@ -260,3 +260,35 @@ def test_a_woken_approved_call_is_claimed_once_from_the_event_loop(ungated):
     records.call_finish(call=call, result={"content": []}, key=key, forwarded=True)
     entry = AuditEvent.objects.get(action="mcp.call.forwarded", object_id=call.tool_call_id)
     assert entry.data["decision"] == ApprovalStatus.APPROVED
+
+
+def test_record_many_writes_each_calls_fields_in_one_statement_and_nothing_else(ungated):
+    """The write-behind's one UPDATE (McpCallQuerySet.record_many, SQL from a VALUES list):
+    each call's own step, approval (or none) and result, the batch's state, time and flag;
+    a call not in the batch is left as it was."""
+    session, key, rule = ungated
+    gated = records.call_pass(session=session, tool="echo", arguments={"n": 1}, read_only=False)
+    plain = records.call_pass(session=session, tool="read", arguments={"n": 2}, read_only=True)
+    other = records.call_pass(session=session, tool="echo", arguments={"n": 3}, read_only=False)
+    approval = ApprovalFactory(run=session.run, tool_call_id="call_record_many")
+    gated.step, gated.approval_id = 41, approval.pk
+    gated.result = {"content": [{"type": "text", "text": 'é "quoted" ✓'}], "isError": False}
+    plain.step, plain.approval_id, plain.result = 42, None, {"content": [], "meta": {"n": [1, 2]}}
+    done_at = timezone.now() - timedelta(seconds=5)
+    with CaptureQueriesContext(connection) as written:
+        count = McpCall.objects.record_many(
+            [gated, plain], state=CallState.DONE, finished_at=done_at, recorded=True
+        )
+    assert count == 2 and len(written.captured_queries) == 1
+    for call in (gated, plain):
+        stored = McpCall.objects.get(pk=call.pk)
+        assert (stored.step, stored.approval_id, stored.result) == (
+            call.step,
+            call.approval_id,
+            call.result,
+        )
+        assert stored.state == CallState.DONE and stored.recorded and stored.finished_at == done_at
+    untouched = McpCall.objects.get(pk=other.pk)
+    assert not untouched.recorded and untouched.result is None and untouched.finished_at is None
+    none = McpCall.objects.record_many([], state=CallState.DONE, finished_at=done_at, recorded=True)
+    assert none == 0
