@@ -4,6 +4,7 @@ arguments, the operator's command, the inbox's marker."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from types import SimpleNamespace
 
@@ -12,7 +13,7 @@ from django.core.management import CommandError, call_command
 
 from console.core import outbound
 from console.core.errors import Conflict, Invalid
-from gateway import records, services, upstream
+from gateway import flow, records, services, upstream
 from gateway.models import McpServer
 from gateway.templatetags.mcp import mcp_server
 from tests.support.factories import PrincipalFactory, TenantFactory
@@ -126,3 +127,34 @@ def test_the_inbox_marks_only_gateway_calls_with_their_server():
     runtime_call = SimpleNamespace(tool_call_id="call_1", tool_name="files.write")
     assert mcp_server(gateway_call) == "files"
     assert mcp_server(runtime_call) == ""
+
+
+def test_a_single_record_starts_once_the_answer_is_on_its_way(monkeypatch):
+    """flow.Recorder: a held call's result record (an ORM write in a thread) waits
+    ANSWER_FIRST_SECONDS, so the answer handed back is written first; a stopping server
+    writes it at once. Either way it is written, exactly once."""
+    monkeypatch.setattr(flow, "db", lambda fn: _in_loop(fn))
+    monkeypatch.setattr(flow.Recorder, "ANSWER_FIRST_SECONDS", 0.2)
+
+    async def scenario(stopping: bool) -> tuple[list, list]:
+        monkeypatch.setattr(flow.Waiting, "stopping", stopping)
+        written, loop = [], asyncio.get_running_loop()
+        started = loop.time()
+        await flow.Recorder.later(lambda **kw: written.append(loop.time() - started), call=1)
+        early = list(written)
+        await asyncio.sleep(0.05)  # the answer's own writing, meanwhile
+        during = list(written)
+        await flow.Recorder.drain(timeout=5)
+        return early + during, written
+
+    before, written = asyncio.run(scenario(stopping=False))
+    assert before == [] and len(written) == 1 and written[0] >= 0.2
+    before, written = asyncio.run(scenario(stopping=True))
+    assert len(written) == 1 and written[0] < 0.2
+
+
+def _in_loop(fn):
+    async def call(**kwargs):
+        return fn(**kwargs)
+
+    return call
