@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from approvals.services.decisions import approvals_mark_delivered
 from console.core.errors import Conflict, Invalid
+from console.core.rows import rows_insert
 from console.live import realtime
 from console.models import Tenant
 from ops import instruments
@@ -22,7 +23,7 @@ from runs import access as runs_access
 from runs import schemas as s
 from runs.models import Message, Run, RunEvent, RunStatus, ToolResult, Verdict
 from runs.services import common
-from runs.services.writes import RunWrites, rows_insert
+from runs.services.writes import RunWrites
 
 
 def _wire(model) -> dict:

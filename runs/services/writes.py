@@ -8,26 +8,24 @@ rollups with one upsert (then records the budget thresholds it reaches:
 `run_changed` on commit.
 
 No model instance is built for a row that is only inserted: on PostgreSQL a table's rows travel
-as one JSON array that `jsonb_to_recordset` turns into rows (`rows_insert`, `rows_upsert`);
-elsewhere they go through the ORM's bulk_create.
+as one JSON array that `jsonb_to_recordset` turns into rows (`console.core.rows`'s
+`rows_insert`, `rows_upsert`); elsewhere they go through the ORM's bulk_create.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-import orjson
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
 from approvals.services.rules import rule_hits_add
 from budgets.services import budgets_usage_recorded
+from console.core.rows import rows_insert, rows_upsert
 from console.live import realtime
 from console.models import Tenant
 from runs.models import (
@@ -241,99 +239,6 @@ class run_unit:
             self.atomic.__exit__(type(error), error, error.__traceback__)
             raise
         return self.atomic.__exit__(kind, value, traceback)
-
-
-# --- rows in bulk ---
-
-
-def rows_insert(model, rows: list[dict]) -> None:
-    """Insert rows given as dicts of attribute names (`run_id`, not `run`), in one statement.
-    Columns the rows leave out take their default (evaluated once). No primary keys come
-    back: nothing in a unit of work needs them."""
-    if rows:
-        _rows_write(model, rows)
-
-
-def rows_upsert(model, rows: list[dict], *, unique: tuple[str, ...]) -> None:
-    """Insert rows, or overwrite every given column of the row holding the same `unique`."""
-    if rows:
-        _rows_write(model, rows, unique=unique)
-
-
-def bulk_insert(objs: list) -> None:
-    """Insert model instances of one model (`rows_insert` for instances: seed_demo)."""
-    if objs:
-        fields = _columns(type(objs[0]))
-        rows_insert(
-            type(objs[0]), [{f.attname: getattr(o, f.attname) for f in fields} for o in objs]
-        )
-
-
-def _columns(model) -> list:
-    return [f for f in model._meta.concrete_fields if not f.primary_key]
-
-
-def _rows_write(model, rows: list[dict], unique: tuple[str, ...] | None = None) -> None:
-    fields = _columns(model)
-    given = [f for f in fields if f.attname in rows[0]]
-    if connection.vendor != "postgresql":
-        defaults = {f.attname: f.get_default() for f in fields if f.attname not in rows[0]}
-        objs = [model(**defaults, **row) for row in rows]
-        if unique is None:
-            model.objects.bulk_create(objs)
-        else:
-            name_of = {f.attname: f.name for f in fields}  # `run_id` -> `run`
-            model.objects.bulk_create(
-                objs,
-                update_conflicts=True,
-                unique_fields=[name_of[a] for a in unique],
-                update_fields=[f.name for f in given if f.attname not in unique],
-            )
-        return
-    quote = connection.ops.quote_name
-    table = quote(model._meta.db_table)
-    record = ", ".join(f"{quote(f.column)} {f.db_type(connection)}" for f in given)
-    missing = [f for f in fields if f.attname not in rows[0]]
-    columns = ", ".join(quote(f.column) for f in (*given, *missing))
-    values = ", ".join(
-        [quote(f.column) for f in given] + [f"%s::{f.db_type(connection)}" for f in missing]
-    )
-    params = [_json_param(f.get_default()) if _is_json(f) else f.get_default() for f in missing]
-    # Identifiers and types come from the model; every value is a parameter.
-    sql = f"INSERT INTO {table} ({columns}) SELECT {values} "  # noqa: S608
-    sql += f"FROM jsonb_to_recordset(%s::jsonb) AS r({record})"
-    if unique is not None:
-        by = {f.attname: f.column for f in fields}
-        keys = ", ".join(quote(by[a]) for a in unique)
-        sets = ", ".join(
-            f"{quote(f.column)} = EXCLUDED.{quote(f.column)}"
-            for f in given
-            if f.attname not in unique
-        )
-        sql += f" ON CONFLICT ({keys}) DO UPDATE SET {sets}"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, json_text(rows)])
-
-
-def _is_json(field) -> bool:
-    return field.get_internal_type() == "JSONField"
-
-
-def _json_param(value):
-    return None if value is None else json_text(value)
-
-
-def json_text(value) -> str:
-    """JSON for the database: orjson (fast), or the standard encoder for what orjson refuses
-    (integers beyond 64 bits) and for Django's types (Decimal, UUID, lazy strings)."""
-    try:
-        return orjson.dumps(value, default=_django_default).decode()
-    except TypeError:
-        return json.dumps(value, cls=DjangoJSONEncoder)
-
-
-def _django_default(value):
-    return DjangoJSONEncoder().default(value)
 
 
 def _usage_daily_add(*, tenant_id: int, rows: dict) -> None:

@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
+from console.core.rows import bulk_insert
 from console.directory.services import tenant_create
 from console.models import Principal
 from runs.models import (
@@ -40,7 +41,6 @@ from runs.models import (
     Verdict,
 )
 from runs.services.usage import usage_rollups_rebuild
-from runs.services.writes import bulk_insert
 
 CHUNK = 2000
 AGENTS = ("support-bot", "billing-bot", "research-agent", "triage", "sql-analyst", "scheduler")

@@ -92,7 +92,7 @@ def test_a_commit_seals_its_entries_once_per_tenant(tenant_a, django_capture_on_
 def test_a_seal_is_one_update_and_audit_many_one_insert_in_the_order_given(tenant_a):
     audit_seal_due()
     with CaptureQueriesContext(connection) as written:
-        made = audit_many(
+        audit_many(
             [
                 {
                     "tenant": tenant_a,
@@ -110,7 +110,8 @@ def test_a_seal_is_one_update_and_audit_many_one_insert_in_the_order_given(tenan
         assert audit_seal(tenant_id=tenant_a.pk) == 4
     updates = [q for q in sealed.captured_queries if q["sql"].startswith("UPDATE")]
     assert len(updates) == 1
-    rows = list(AuditEvent.objects.filter(pk__in=[m.pk for m in made]).order_by("chain_seq"))
+    made = AuditEvent.objects.filter(tenant=tenant_a, object_type="budget")
+    rows = list(made.order_by("chain_seq"))
     assert [r.object_id for r in rows] == ["bud_0", "bud_1", "bud_2", "bud_3"]
     assert rows[1].before == {"c": 1} and rows[1].data == {"n": 1}  # as `audit` stores them
     for before, after in zip(rows, rows[1:], strict=False):
@@ -222,3 +223,42 @@ def test_on_postgres_the_trigger_allows_only_sealing_an_unsealed_entry(tenant_a)
         )
     assert audit_seal_due() >= 1  # the seal itself passes the trigger
     assert AuditEvent.objects.get(pk=made.pk).hash is not None
+
+
+def test_audit_many_stores_what_audit_stores_and_both_verify(tenant_a):
+    """audit_many's one INSERT (on PostgreSQL one JSON parameter, console.core.rows) stores
+    each entry exactly as `audit` stores it — odd values included — and the writer's tag of
+    each holds when sealed and verified."""
+    odd = {
+        "text": 'é ✓ "quoted" \\ back\nslash',
+        "big": 2**70,  # beyond 64 bits: the standard encoder's path
+        "float": 1.5e-7,
+        "nested": [{"a": None, "b": [1, "2", {"c": True}]}],
+        "empty": {},
+    }
+    fields = {"action": "budget.updated", "object_type": "budget", "data": odd}
+    one = audit(tenant=tenant_a, object_id="bud_one", ip="10.0.0.1", user_agent='ua "x"', **fields)
+    audit_many(
+        [
+            {
+                "tenant": tenant_a,
+                "object_id": f"bud_many_{n}",
+                "ip": "10.0.0.1",
+                "user_agent": 'ua "x"',
+                **fields,
+            }
+            for n in range(2)
+        ]  # fmt: skip
+    )
+    many = list(AuditEvent.objects.filter(object_id__startswith="bud_many_").order_by("pk"))
+    assert [m.object_id for m in many] == ["bud_many_0", "bud_many_1"]
+    for stored in many:
+        assert stored.data == AuditEvent.objects.get(pk=one.pk).data == odd
+        assert (stored.ip, stored.user_agent, stored.tenant_id) == (
+            "10.0.0.1",
+            'ua "x"',
+            tenant_a.pk,
+        )
+        assert stored.public_id and stored.writer_tag and stored.public_id != one.public_id
+    assert audit_seal(tenant_id=tenant_a.pk) >= 2
+    assert audit_verify(tenant=tenant_a)["ok"] is True
