@@ -19,6 +19,7 @@ from django.utils import timezone
 from approvals.models import Approval, ApprovalStatus, Webhook
 from approvals.services.webhooks import webhooks_approval_decided
 from console.audit.log import audit_many
+from console.core.rows import instances_insert
 from console.directory.services import audit
 from console.live import realtime
 from runs.models import Run
@@ -165,7 +166,7 @@ def approvals_insert(*, run, rows: list[Approval], decisions: dict) -> bool:
             row = rows[index]
             row.status, row.message, row.decided_arguments = status, message, arguments
             row.decided_by_rule, row.decided_at, row.decision_seq = rule, now, seq
-    Approval.objects.bulk_create(rows)
+    instances_insert(rows, key="public_id")  # one INSERT, as one JSON parameter (PostgreSQL)
     for row in rows:  # nothing mirrors a call held just now: settling it looks for no mirror
         row.mirrored = False
     realtime.approvals_changed(
