@@ -8,7 +8,7 @@ from django.db import connections, models
 from django.utils import timezone
 
 from console.core import auditchain
-from console.core.rows import rows_insert
+from console.core.rows import bulk_insert
 
 CAPABILITIES = ("view_runs", "decide", "view_budgets", "manage_budgets", "manage_rules", "admin")
 # `ingest`: write runs, read decisions; `decide`: decide as the bound principal; `manage`: the
@@ -215,12 +215,9 @@ class AuditQuerySet(models.QuerySet):
         if connections[self.db].vendor != "postgresql":
             self.bulk_create(objs)
             return
-        fields = [f for f in self.model._meta.concrete_fields if not f.primary_key]
         for obj in objs:
             obj.tag_for_insert()
-        rows_insert(
-            self.model, [{f.attname: getattr(obj, f.attname) for f in fields} for obj in objs]
-        )
+        bulk_insert(objs)
 
     def seal(self, *, chain_seq: int, prev_hash: str | None, hash: str) -> int:  # noqa: A002
         """Give one unsealed entry its place in the chain (the PostgreSQL trigger allows this

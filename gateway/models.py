@@ -100,17 +100,21 @@ class McpCallQuerySet(models.QuerySet):
         quote = connection.ops.quote_name
         meta = self.model._meta
         table = quote(meta.db_table)
-        step, approval, result = (meta.get_field(name) for name in ("step", "approval", "result"))
+        step, approval, result, state_, finished_, recorded_ = (
+            meta.get_field(name)
+            for name in ("step", "approval", "result", "state", "finished_at", "recorded")
+        )
         json_type = "jsonb" if connection.vendor == "postgresql" else "text"
         values = ", ".join(["(%s, %s, %s, %s)"] * len(calls))
         sql = (  # identifiers from the model, every value a parameter
             f"UPDATE {table} SET {quote(step.column)} = CAST(v.column2 AS integer), "  # noqa: S608
             f"{quote(approval.column)} = CAST(v.column3 AS bigint), "
             f"{quote(result.column)} = CAST(v.column4 AS {json_type}), "
-            f"{quote('state')} = %s, {quote('finished_at')} = %s, {quote('recorded')} = %s "
+            f"{quote(state_.column)} = %s, {quote(finished_.column)} = %s, "
+            f"{quote(recorded_.column)} = %s "
             f"FROM (VALUES {values}) AS v WHERE {table}.id = CAST(v.column1 AS bigint)"
         )
-        finished = meta.get_field("finished_at").get_db_prep_save(finished_at, connection)
+        finished = finished_.get_db_prep_save(finished_at, connection)
         params = [state, finished, recorded]
         for call in calls:
             params += [

@@ -30,12 +30,10 @@ def rows_upsert(model, rows: list[dict], *, unique: tuple[str, ...]) -> None:
 
 
 def bulk_insert(objs: list) -> None:
-    """Insert model instances of one model (`rows_insert` for instances: seed_demo)."""
+    """Insert model instances of one model (`rows_insert` for instances: seed_demo, the audit
+    log's many entries). No primary keys come back."""
     if objs:
-        fields = _columns(type(objs[0]))
-        rows_insert(
-            type(objs[0]), [{f.attname: getattr(o, f.attname) for f in fields} for o in objs]
-        )
+        rows_insert(type(objs[0]), _as_rows(objs))
 
 
 def instances_insert(objs: list, *, key: str) -> None:
@@ -51,9 +49,7 @@ def instances_insert(objs: list, *, key: str) -> None:
         return
     meta = model._meta
     unique = meta.get_field(key)
-    fields = _columns(model)
-    rows = [{f.attname: getattr(obj, f.attname) for f in fields} for obj in objs]
-    pks = dict(_rows_write(model, rows, returning=(unique.column, meta.pk.column)))
+    pks = dict(_rows_write(model, _as_rows(objs), returning=(unique.column, meta.pk.column)))
     for obj in objs:
         obj.pk = pks[getattr(obj, unique.attname)]
         obj._state.adding, obj._state.db = False, connection.alias
@@ -61,6 +57,12 @@ def instances_insert(objs: list, *, key: str) -> None:
 
 def _columns(model) -> list:
     return [f for f in model._meta.concrete_fields if not f.primary_key]
+
+
+def _as_rows(objs: list) -> list[dict]:
+    """Instances of one model as `rows_insert`'s dicts: every column but the primary key."""
+    fields = _columns(type(objs[0]))
+    return [{f.attname: getattr(obj, f.attname) for f in fields} for obj in objs]
 
 
 def _rows_write(

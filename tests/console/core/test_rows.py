@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from approvals.models import Approval
 from console.core.rows import instances_insert, json_text
-from tests.support.factories import RunFactory
+from tests.support.factories import ApprovalFactory, RunFactory
 
 
 def test_json_text_keeps_microseconds_on_the_standard_encoders_path_too():
@@ -28,12 +28,10 @@ def test_instances_insert_gives_each_instance_its_own_row_and_key(tenant_a):
     run = RunFactory(tenant=tenant_a, external_id="run_rows")
     now = timezone.now()
     made = [
-        Approval(
-            tenant=tenant_a,
+        ApprovalFactory.build(
             run=run,
             position=n,
             tool_call_id=f"call_{n}",
-            tool_name="email.send",
             arguments={"n": n, "big": 2**70 if n == 2 else n, "text": "é ✓"},
             expires_at=now + datetime.timedelta(minutes=5),
         )
