@@ -223,6 +223,7 @@ def test_a_browser_decision_wakes_the_runtime_long_poll_within_100ms(held, daphn
     return). The decision's commit comes before its response, so this bounds commit → wake
     from above by 100 ms plus the view's post-commit rendering."""
     import httpx
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     approval = held["approval"]
@@ -256,7 +257,16 @@ def test_a_browser_decision_wakes_the_runtime_long_poll_within_100ms(held, daphn
         timing = decided.value.request.timing
         answered_at = (timing["startTime"] + timing["responseStart"]) / 1000
         poller.join(20)
-        the_card.locator(".decided-status").wait_for()
+        try:
+            the_card.locator(".decided-status").wait_for()
+        except PlaywrightTimeout as exc:  # say what the page had (an intermittent failure)
+            answer = decided.value
+            raise AssertionError(
+                f"no decided status on the card; the decision's answer: {answer.status} "
+                f"{answer.text()[:300]!r}; the pane: "
+                f"{page.locator('#desk-pane').inner_html()[:1500]!r}; the desk said: "
+                f"{page.locator('#desk-status').inner_text()!r}"
+            ) from exc
         browser.close()
     decision = result["body"]["decisions"][0]
     assert decision["message"] == "Denied from the browser."
