@@ -3,7 +3,8 @@
 // The socket is an accelerator, the database the truth: every frame is htmx OOB swaps of the
 // pages' own partials. A frame's element whose target is not on this page is dropped (a row
 // of another page, a card filtered out); `data-live-unless="<selector>"` drops an append when
-// that element is here already (so "replace if present, else append" needs no round trip).
+// that element is here already (so "replace if present, else append" needs no round trip);
+// a pending card never replaces a decided one (`staleCard`).
 // JSON frames are control: "hello" (subscribed, with the run's seq on a run page), "resync"
 // (a hint was lost: re-fetch the partials over HTTP), "reconnecting" (the socket is open but
 // the server's channel layer is down: nothing live arrives until a "resync"). A reconnect
@@ -42,6 +43,17 @@
     }
   }
 
+  // A call's decision is final. Frames of different events render concurrently and may
+  // arrive out of order: a card rendered before the decision (the runtime picked the call up,
+  // say) never replaces the card that shows the decision.
+  function staleCard(el) {
+    if (!el.matches || !el.matches("article.approval-card[data-status=pending]") || !el.id) {
+      return false;
+    }
+    var present = document.getElementById(el.id);
+    return !!present && present.getAttribute("data-status") !== "pending";
+  }
+
   function refetch(live) {
     var parts = (live.getAttribute("data-parts") || "").split(/\s+/).filter(Boolean);
     var pattern = live.getAttribute("data-refetch") || "";
@@ -75,7 +87,7 @@
       var holder = document.createElement("template");
       holder.innerHTML = text;
       Array.prototype.slice.call(holder.content.children).forEach(function (el) {
-        if (!targetPresent(el)) el.remove();
+        if (!targetPresent(el) || staleCard(el)) el.remove();
       });
       return holder.innerHTML;
     },

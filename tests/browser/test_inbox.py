@@ -277,3 +277,46 @@ def test_a_browser_decision_wakes_the_runtime_long_poll_within_100ms(held, daphn
         f"the long-poll returned {latency * 1000:.0f} ms after the decision's response "
         f"({since_start * 1000:.0f} ms after the deciding transaction began)"
     )
+
+
+@pytest.mark.postgres
+def test_a_card_rendered_before_the_decision_never_replaces_the_decided_one(held, daphne_url):
+    """Frames of different events render concurrently and may arrive out of order: a card
+    re-rendered while the call was still pending (another reviewer extended it, say) can reach
+    the page after the card that shows the decision. Sent through the socket after the
+    decision, it is dropped: the card keeps saying Denied, with no buttons to decide it again."""
+    import re
+
+    from playwright.sync_api import sync_playwright
+
+    approval = held["approval"]
+    sockets = []
+
+    def route(ws):
+        ws.connect_to_server()  # everything passes both ways, as without the route
+        sockets.append(ws)
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        page = browser.new_page()
+        page.set_default_timeout(15_000)
+        page.base_url = daphne_url
+        page.route_web_socket(re.compile(r"/ws/inbox/"), route)
+        sign_in(page, "reviewer@a.example", "reviewer-pass-123", next_path="/approvals/")
+        page.locator("#live-status[data-state=live]").wait_for()
+        the_card = card(page, approval)
+        stale = the_card.evaluate("card => card.outerHTML")  # the pending card, as rendered
+        assert 'data-status="pending"' in stale
+        the_card.get_by_label("Message the model reads").fill("Not this one.")
+        the_card.get_by_role("button", name="Deny").click()
+        the_card.locator(".decided-status").wait_for()
+        # The stale card arrives now, then a count: once the count is in, the card was handled.
+        sockets[0].send(stale)
+        sockets[0].send(
+            '<span id="desk-count" data-count="7" data-at="99999999999999999">7 to decide</span>'
+        )
+        page.locator("#desk-count[data-count='7']").wait_for()
+        assert the_card.get_attribute("data-status") == "denied"
+        assert the_card.locator(".decided-status").inner_text() == "Denied"
+        assert the_card.get_by_role("button", name="Deny").count() == 0
+        browser.close()
