@@ -171,6 +171,14 @@
     return true;
   }
 
+  // The pane shows a call decided through its own form or elsewhere (not by the keys here,
+  // which move on): an empty list leaves that card where it is.
+  function paneKeepsDecided() {
+    var card = pane.querySelector("article.approval-card");
+    return !!card && card.getAttribute("data-status") !== "pending" &&
+      !mine.has(card.getAttribute("data-approval-id"));
+  }
+
   function ensureFocus() {
     var all = rows();
     if (current()) {
@@ -179,8 +187,10 @@
     }
     var elsewhere = currentId && decidedElsewhere(currentId);
     if (!all.length) {
+      // The pane keeps the card that says who decided it, through every later frame too.
+      var kept = elsewhere || (!currentId && paneKeepsDecided());
       currentId = null;
-      if (elsewhere) return; // the pane keeps the card that says who decided it
+      if (kept) return;
       pane.innerHTML = '<p class="desk-pane-empty">Nothing waits for you. New calls appear here the moment they arrive.</p>';
       var heading = desk.querySelector("h1");
       if (heading) {

@@ -284,7 +284,8 @@ def test_a_card_rendered_before_the_decision_never_replaces_the_decided_one(held
     """Frames of different events render concurrently and may arrive out of order: a card
     re-rendered while the call was still pending (another reviewer extended it, say) can reach
     the page after the card that shows the decision. Sent through the socket after the
-    decision, it is dropped: the card keeps saying Denied, with no buttons to decide it again."""
+    decision, it is dropped: the card keeps saying Denied, with no buttons to decide it again,
+    and it stays in the pane through every later frame (the list is empty by then)."""
     import re
 
     from playwright.sync_api import sync_playwright
@@ -310,8 +311,13 @@ def test_a_card_rendered_before_the_decision_never_replaces_the_decided_one(held
         the_card.get_by_label("Message the model reads").fill("Not this one.")
         the_card.get_by_role("button", name="Deny").click()
         the_card.locator(".decided-status").wait_for()
-        # The stale card arrives now, then a count: once the count is in, the card was handled.
+        page.locator(f"#desk-row-{approval.public_id}").wait_for(state="detached")
+        page.locator("#desk-count[data-count='0']").wait_for()  # the decision's own frame
+        decided = the_card.evaluate("card => card.outerHTML")
+        # The stale card arrives now, then the decided card again (as the runtime's pickup
+        # re-renders it), then a count: once the count is in, both cards were handled.
         sockets[0].send(stale)
+        sockets[0].send(decided)
         sockets[0].send(
             '<span id="desk-count" data-count="7" data-at="99999999999999999">7 to decide</span>'
         )
