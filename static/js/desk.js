@@ -160,23 +160,23 @@
 
   // Focus is never lost: when the row in focus leaves (decided here or elsewhere, expired),
   // the call now at its place takes it (else the last one).
+  // The pane's card when it shows a call decided through its own form or elsewhere (not by
+  // the keys here, which move on), else null: an empty list leaves that card where it is.
+  function decidedCard() {
+    var card = pane.querySelector("article.approval-card");
+    if (!card || card.getAttribute("data-status") === "pending") return null;
+    return mine.has(card.getAttribute("data-approval-id")) ? null : card;
+  }
+
   // A call decided elsewhere (the live socket removed its row): say so, from its card.
   function decidedElsewhere(id) {
-    var card = paneShows(id) && pane.querySelector("article.approval-card");
-    if (!card || card.getAttribute("data-status") === "pending" || mine.has(id)) return false;
+    var card = decidedCard();
+    if (!card || card.getAttribute("data-approval-id") !== id) return false;
     var who = card.querySelector(".decided-by, .decided-by-rule");
     var tool = card.querySelector(".tool-name");
     say((tool ? tool.textContent + ": " : "") + card.getAttribute("data-status") +
       (who ? " by " + who.textContent : "") + ", elsewhere.");
     return true;
-  }
-
-  // The pane shows a call decided through its own form or elsewhere (not by the keys here,
-  // which move on): an empty list leaves that card where it is.
-  function paneKeepsDecided() {
-    var card = pane.querySelector("article.approval-card");
-    return !!card && card.getAttribute("data-status") !== "pending" &&
-      !mine.has(card.getAttribute("data-approval-id"));
   }
 
   function ensureFocus() {
@@ -188,7 +188,7 @@
     var elsewhere = currentId && decidedElsewhere(currentId);
     if (!all.length) {
       // The pane keeps the card that says who decided it, through every later frame too.
-      var kept = elsewhere || (!currentId && paneKeepsDecided());
+      var kept = elsewhere || (!currentId && decidedCard() !== null);
       currentId = null;
       if (kept) return;
       pane.innerHTML = '<p class="desk-pane-empty">Nothing waits for you. New calls appear here the moment they arrive.</p>';

@@ -44,8 +44,8 @@
   }
 
   // A call's decision is final. Frames of different events render concurrently and may
-  // arrive out of order: a card rendered before the decision (the runtime picked the call up,
-  // say) never replaces the card that shows the decision.
+  // arrive out of order: a card rendered before the decision (an extension racing it, a
+  // socket's state read just before it) never replaces the card that shows the decision.
   function staleCard(el) {
     if (!el.matches || !el.matches("article.approval-card[data-status=pending]") || !el.id) {
       return false;
