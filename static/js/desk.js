@@ -17,7 +17,8 @@
   var anchor = null; // the last row selected with X (Shift-X selects from it)
   var cache = new Map(); // approval id -> card HTML (the next calls', fetched ahead)
   var currentId = null;
-  var mine = new Set(); // calls decided from this page (not "elsewhere")
+  var mine = new Set(); // calls decided from this page with the keys (the focus moves on)
+  var fromForm = new Set(); // calls this page sent a decision for through the pane's own form
   var currentIndex = 0;
   var narrow = window.matchMedia("(max-width: 899px)");
 
@@ -168,14 +169,17 @@
     return mine.has(card.getAttribute("data-approval-id")) ? null : card;
   }
 
-  // A call decided elsewhere (the live socket removed its row): say so, from its card.
-  function decidedElsewhere(id) {
+  // The call in the pane was decided (its row left the list): say how, from its card. Through
+  // the pane's own form it was decided here; otherwise elsewhere (another reviewer, a rule, the
+  // API). A form whose decision lost the race to another's shows that other's decision: the
+  // card names who decided, so the line stays true.
+  function announceDecided(id) {
     var card = decidedCard();
     if (!card || card.getAttribute("data-approval-id") !== id) return false;
     var who = card.querySelector(".decided-by, .decided-by-rule");
     var tool = card.querySelector(".tool-name");
     say((tool ? tool.textContent + ": " : "") + card.getAttribute("data-status") +
-      (who ? " by " + who.textContent : "") + ", elsewhere.");
+      (who ? " by " + who.textContent : "") + (fromForm.has(id) ? "." : ", elsewhere."));
     return true;
   }
 
@@ -185,10 +189,10 @@
       currentIndex = all.indexOf(current());
       return;
     }
-    var elsewhere = currentId && decidedElsewhere(currentId);
+    var announced = currentId && announceDecided(currentId);
     if (!all.length) {
       // The pane keeps the card that says who decided it, through every later frame too.
-      var kept = elsewhere || (!currentId && decidedCard() !== null);
+      var kept = announced || (!currentId && decidedCard() !== null);
       currentId = null;
       if (kept) return;
       pane.innerHTML = '<p class="desk-pane-empty">Nothing waits for you. New calls appear here the moment they arrive.</p>';
@@ -475,6 +479,12 @@
   });
 
   // ---- htmx: pages of rows, live rows, the pane's own forms ----------------------------------
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var form = event.detail && event.detail.elt;
+    if (!form || !form.matches || !form.matches("form.decision-form") || !pane.contains(form)) return;
+    var card = form.closest("article.approval-card");
+    if (card) fromForm.add(card.getAttribute("data-approval-id"));
+  });
   document.addEventListener("htmx:afterSettle", function (event) {
     var target = event.detail && event.detail.target;
     if (target && pane.contains(target)) {

@@ -1,6 +1,7 @@
 """The desk live both ways against a real daphne: a call held through the API appears as a row
 (and its count) without a reload, and a call decided elsewhere leaves the list while the card in
-the pane says who decided."""
+the pane says who decided (and a call decided through the pane's own form is not said to be
+decided elsewhere)."""
 
 import pytest
 
@@ -72,4 +73,30 @@ def test_the_desk_is_live_both_ways(browser_context, tmp_path):
         assert "approved by" in status.inner_text() and "elsewhere" in status.inner_text()
         assert page.evaluate("performance.getEntriesByType('navigation').length") == 1
         assert RUN in card.inner_text()
+
+        # A call this reviewer decides through the pane's own form was decided here.
+        post(
+            api,
+            {**STEP, "seq": 3, "step": 2},
+            {
+                **HELD,
+                "seq": 4,
+                "step": 2,
+                "calls": [{"toolCallId": "call_form", "toolName": "send_email", "arguments": {}}],
+            },
+        )
+        row.wait_for(timeout=5_000)
+        assert "send_email" in row.inner_text()
+        second = row.get_attribute("data-approval-id")
+        row.click()
+        form_card = page.locator(f"#desk-pane #approval-{second}")
+        form_card.locator("button.decide-deny").click()
+        form_card.locator(".decided-status").wait_for(timeout=5_000)
+        row.wait_for(state="detached", timeout=5_000)
+        page.wait_for_function(
+            "document.getElementById('desk-status').textContent.startsWith('send_email')"
+        )
+        said = status.inner_text()
+        assert said.startswith("send_email: denied by "), said
+        assert "elsewhere" not in said, said
         page.close()
