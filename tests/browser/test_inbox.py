@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.browser import ARGS, CHROMIUM, shot, sign_in
 from tests.support.factories import ApprovalFactory, RunFactory, make_key
+from tests.support.workers import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -182,7 +183,10 @@ def daphne_url():
 
     if connection.vendor != "postgresql" or not os.environ.get("REDIS_URL"):
         pytest.skip("needs PostgreSQL (DATABASE_URL) and Redis (REDIS_URL) for a live daphne")
-    port = next(p for p in range(8440, 8460) if _free(p))
+    # This worker's own slice of the range: two workers starting a daphne at the same moment
+    # must not pick one port (the second daphne fails to bind, and its test would talk to the
+    # first's, on another worker's database).
+    port = free_port(range(8440, 8460))
     db = connection.settings_dict
     env = {
         **os.environ,
