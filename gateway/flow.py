@@ -75,6 +75,7 @@ class Recorder:
     pending: ClassVar[set] = set()  # tasks: the flusher, and single records
     flushed: ClassVar[asyncio.Event | None] = None
     flusher: ClassVar[asyncio.Task | None] = None
+    writing: ClassVar[tuple[frozenset, asyncio.Task] | None] = None  # sessions, the batch's write
 
     @classmethod
     async def later(cls, fn, **kwargs) -> None:
@@ -108,13 +109,40 @@ class Recorder:
                     break
                 await asyncio.sleep(min(quiet_at, latest) - now)
             batch, cls.queue[:] = cls.queue[: cls.BATCH], cls.queue[cls.BATCH :]
-            try:
-                await db(records.calls_record_passed)(items=batch)
-            except Exception:  # the rows say `recorded` false: the sweep writes them
-                log.exception("recording %s MCP calls failed; the sweep records them", len(batch))
-            if cls.flushed is not None:
-                cls.flushed.set()
-                cls.flushed = None
+            sessions = frozenset(call.session_id for call, _, _ in batch)
+            cls.writing = (sessions, cls._start(cls._record(batch)))
+            await cls.writing[1]
+            cls.writing = None
+            cls._room()
+
+    @classmethod
+    async def _record(cls, batch: list) -> None:
+        try:
+            await db(records.calls_record_passed)(items=batch)
+        except Exception:  # the rows say `recorded` false: the sweep writes them
+            log.exception("recording %s MCP calls failed; the sweep records them", len(batch))
+
+    @classmethod
+    def _room(cls) -> None:
+        if cls.flushed is not None:
+            cls.flushed.set()
+            cls.flushed = None
+
+    @classmethod
+    async def session_first(cls, session_id: int) -> None:
+        """Before a held call of this session takes its step: the passed calls the session
+        made before it, still waiting here to be recorded, are recorded now (or their batch's
+        write, already under way, is waited for), so that the run's steps follow the order
+        of its calls. (A passed call still on its way upstream, or waiting in another server
+        process, is recorded after; calls a client sends at once have no order.)"""
+        mine = [item for item in cls.queue if item[0].session_id == session_id]
+        if mine:
+            cls.queue[:] = [item for item in cls.queue if item[0].session_id != session_id]
+            await cls._record(mine)
+            cls._room()
+        writing = cls.writing
+        if writing is not None and session_id in writing[0] and not writing[1].done():
+            await asyncio.shield(writing[1])
 
     @classmethod
     async def _write(cls, fn, kwargs) -> None:
@@ -211,6 +239,7 @@ async def call_tool(
         )
         if passed is not None:
             return _as_result(await send_passed(call=passed, key=key, arguments=arguments))
+    await Recorder.session_first(session.pk)
     begun = await db(records.call_begin)(
         session=session, tool=tool, arguments=arguments, gated=True, request_id=request_id
     )

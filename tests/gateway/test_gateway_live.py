@@ -224,6 +224,28 @@ async def test_pass_read_only_passes_read_only_tools_and_holds_the_rest(console)
     assert audit_actions(console, "")[:0] == []  # the audit query accepts an empty filter
 
 
+async def test_a_held_calls_step_follows_the_passed_calls_before_it(console):
+    """Passed calls are recorded behind their answers, in batches; a held call of the same
+    session takes its step only after theirs, so the run's steps follow the calls' order."""
+    with console.api("manage") as api:
+        made = api.post(
+            "/api/v1/mcp/servers",
+            json={"name": "files-order", "url": console.upstream_url, "passReadOnly": True},
+        )
+        assert made.status_code == 201, made.text
+    arguments = {"path": "/order", "content": "third"}
+    async with mcp_client(mcp_url(console, "files-order"), console.keys["mcp"]) as session:
+        for path in ("/order-1", "/order-2"):
+            read = await asyncio.wait_for(session.call_tool("read_file", {"path": path}), 30)
+            assert read.is_error is False
+        waiting = asyncio.create_task(session.call_tool("write_file", arguments))
+        pending = await pending_for(console, "files-order.write_file", arguments)
+        assert pending["step"] == 3, pending  # after the two reads' steps 1 and 2
+        await decide(console, pending["id"], "approve")
+        done = await asyncio.wait_for(waiting, 30)
+        assert done.is_error is False, text_of(done)
+
+
 async def test_the_bounded_hold_says_call_again_and_the_same_call_attaches(console):
     with console.api("manage") as api:
         made = api.post(

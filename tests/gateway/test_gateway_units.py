@@ -158,3 +158,47 @@ def _in_loop(fn):
         return fn(**kwargs)
 
     return call
+
+
+def test_a_held_call_has_its_sessions_passed_calls_recorded_first(monkeypatch):
+    """flow.Recorder.session_first: before a held call takes its step, the passed calls its
+    session made before it and still waiting in this process are recorded (the others stay
+    queued for their batch), and a batch already being written with one of them is waited
+    for: the run's steps follow the order of the calls."""
+    written = []
+    monkeypatch.setattr(flow, "db", lambda fn: _in_loop(fn))
+    monkeypatch.setattr(
+        records,
+        "calls_record_passed",
+        lambda *, items: written.append([call.name for call, _, _ in items]),
+    )
+
+    def item(session_id: int, name: str):
+        return (SimpleNamespace(session_id=session_id, name=name), {}, None)
+
+    async def scenario() -> None:
+        monkeypatch.setattr(flow.Recorder, "queue", [item(1, "a1"), item(2, "b1"), item(1, "a2")])
+        await flow.Recorder.session_first(1)
+        assert written == [["a1", "a2"]]
+        assert [call.name for call, _, _ in flow.Recorder.queue] == ["b1"]
+        await flow.Recorder.session_first(3)  # nothing of its own: nothing written
+        assert written == [["a1", "a2"]]
+
+        release = asyncio.Event()
+        order = []
+
+        async def batch_write():
+            await release.wait()
+            order.append("batch written")
+
+        writing = asyncio.get_running_loop().create_task(batch_write())
+        monkeypatch.setattr(flow.Recorder, "writing", (frozenset({2}), writing))
+        first = asyncio.get_running_loop().create_task(flow.Recorder.session_first(2))
+        await asyncio.sleep(0.05)
+        assert not first.done()  # its session's batch is still being written
+        release.set()
+        await first
+        order.append("held call's step")
+        assert order == ["batch written", "held call's step"]
+
+    asyncio.run(scenario())
