@@ -1,5 +1,6 @@
 """`make run`'s pieces: demo_setup then serve_demo (daphne + the demo agent) show the agent's
-runs and held calls within 10 s of start, and stop both processes on SIGTERM."""
+runs and held calls within 10 s of start, and the demo MCP client's call held at the gateway
+(its `workspace` server over stdio) soon after; SIGTERM stops every process."""
 
 import json
 import signal
@@ -11,8 +12,9 @@ import httpx
 from tests.support.live_console import PYTHON, ROOT, free_port, live_env, manage
 
 
-def poll(url, key, deadline):
-    """(runs, held calls) as soon as both are non-empty, or what there is at the deadline."""
+def poll(url, key, deadline, *, tool_prefix=""):
+    """(runs, held calls) as soon as both are non-empty (with a held call whose tool starts
+    with `tool_prefix`), or what there is at the deadline."""
     runs, held = [], []
     while time.monotonic() < deadline:
         try:
@@ -24,7 +26,7 @@ def poll(url, key, deadline):
             continue
         runs = page.get("items", [])
         held = [c for r in runs for c in r["pendingCalls"]]
-        if runs and held:
+        if runs and any(c["toolName"].startswith(tool_prefix) for c in held):
             break
         time.sleep(0.2)
     return runs, held
@@ -35,10 +37,13 @@ def test_demo_runs_and_held_calls_show_within_10_seconds(tmp_path):
     manage(env, "migrate", "--verbosity", "0")
     setup = manage(env, "demo_setup")
     assert "admin@demo.example" in setup and "/accounts/login/" in setup
-    assert "demo tenant 'demo' already there" in manage(env, "demo_setup")  # idempotent
+    again = manage(env, "demo_setup")
+    assert "demo tenant 'demo' already there" in again  # idempotent
+    assert "demo agent key unchanged" in again and "demo MCP key unchanged" in again
     logins = json.loads((tmp_path / "demo-logins.json").read_text())
     key = (tmp_path / "demo-agent.key").read_text().strip()
     assert key.startswith("gvl_")
+    assert (tmp_path / "demo-mcp.key").read_text().startswith("gvl_")
 
     port = free_port(8680)
     serve = subprocess.Popen(
@@ -56,10 +61,16 @@ def test_demo_runs_and_held_calls_show_within_10_seconds(tmp_path):
         seen = f"{len(runs)} runs and {len(held)} held calls after {elapsed:.1f}s"
         print(seen)
         assert runs and held and elapsed < 10, seen
+        # The coding assistant's call, held at the gateway: its server's stdio process starts
+        # on the first call, after the console answers.
+        runs, held = poll(f"http://127.0.0.1:{port}", key, started + 40, tool_prefix="workspace.")
+        mcp = [c for c in held if c["toolName"].startswith("workspace.")]
+        assert mcp and mcp[0]["toolName"] == "workspace.write_file", held
         assert {r["principalId"] for r in runs} <= {
             "alice@demo.example",
             "bob@demo.example",
             "carol@demo.example",
+            "dev@demo.example",  # the MCP session's run
         }
     finally:
         serve.send_signal(signal.SIGTERM)
@@ -68,6 +79,7 @@ def test_demo_runs_and_held_calls_show_within_10_seconds(tmp_path):
     assert f"http://127.0.0.1:{port}/accounts/login/" in output
     assert logins["admin@demo.example"] in output  # the login is printed again
     assert "Stopping the demo agent and the server" in output
+    assert "Traceback" not in output, output[-3000:]
     with httpx.Client() as client:  # the server is gone with it
         try:
             client.get(f"http://127.0.0.1:{port}/accounts/login/", timeout=1)

@@ -6,6 +6,11 @@ var/demo-agent.key (the database holds its hash); a daily budget of the SQL anal
 led by the lead, sized to fill in about an hour (DEMO_HOUR_MINOR_UNITS): each run of this
 command gives it another hour from today's spend, and the day renews it at midnight. Prints
 the logins (`--no-banner`: not; `serve_demo` prints them once the server answers).
+
+The MCP gateway's demo: the `workspace` server (gateway/demo/upstream.py over stdio, registered
+as the operator registers one, passing read-only tools), a developer whose coding assistant
+uses it, and that assistant's `mcp` key, its raw value kept only in var/demo-mcp.key (the
+demo MCP client reads it).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sys
 from pathlib import Path
 
 from django.conf import settings
@@ -34,6 +40,12 @@ PEOPLE = (
 LEAD = PEOPLE[0][0]
 ADMIN = PEOPLE[2][0]
 AGENT_KEY_NAME = "demo agent"
+# The MCP gateway's demo: a developer (no login) whose coding assistant's tool calls on the
+# `workspace` server wait in the inbox.
+DEVELOPER = ("dev@demo.example", "Dee Developer", "viewer")
+MCP_SERVER = "workspace"
+MCP_KEY_NAME = "Dee's coding assistant"
+MCP_HOLD_SECONDS = 60  # the bounded hold: the assistant calls again after a minute
 # What the demo's SQL analyst spends in an hour of `make run` (measured: about 1 cent a
 # minute while its calls are decided, less while they wait): its budget reaches 50 % after
 # about half an hour, 80 % after ~50 minutes and asks its lead for overrides after an hour.
@@ -57,6 +69,10 @@ def logins_file() -> Path:
 
 def agent_key_file() -> Path:
     return Path(settings.VAR_DIR) / "demo-agent.key"
+
+
+def mcp_key_file() -> Path:
+    return Path(settings.VAR_DIR) / "demo-mcp.key"
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -102,6 +118,35 @@ def _ensure_agent_key(tenant) -> bool:
     return True
 
 
+def _ensure_mcp(tenant) -> bool:
+    """The `workspace` server, the developer and their assistant's key; True when a new key
+    was made. The server's command follows this checkout (set again only when it moved)."""
+    from gateway.models import McpServer
+    from gateway.services import server_upsert_operator
+
+    command = [sys.executable, str(Path(settings.BASE_DIR) / "gateway" / "demo" / "upstream.py")]
+    server = McpServer.objects.filter(tenant=tenant, name=MCP_SERVER).first()
+    if server is None or server.command != command:
+        server, created = server_upsert_operator(tenant=tenant, name=MCP_SERVER, command=command)
+        if created:
+            server.pass_read_only, server.hold_seconds = True, MCP_HOLD_SECONDS
+            server.save(update_fields=["pass_read_only", "hold_seconds"])
+    external_id, name, role = DEVELOPER
+    developer = Principal.objects.filter(tenant=tenant, external_id=external_id).first()
+    if developer is None:
+        developer, _ = principal_create(
+            tenant=tenant, external_id=external_id, name=name, roles=[role]
+        )
+    path = mcp_key_file()
+    raw = path.read_text().strip() if path.exists() else ""
+    key = ApiKey.objects.for_raw_key(raw) if raw else None
+    if key is not None and key.tenant_id == tenant.pk and key.has_scope("mcp"):
+        return False
+    _, raw = api_key_create(tenant=tenant, name=MCP_KEY_NAME, scopes=["mcp"], principal=developer)
+    _write_private(path, raw + "\n")
+    return True
+
+
 def _demo_budget_fields(tenant) -> dict:
     """The demo budget with an hour of headroom from what the agent spent today (so a second
     `make run` the same day tells the story again instead of starting over budget)."""
@@ -134,6 +179,7 @@ class Command(ProvisioningCommand):
                 if _ensure_person(tenant, pid, name, role, fresh[pid])
             ]
             new_key = _ensure_agent_key(tenant)
+            new_mcp_key = _ensure_mcp(tenant)
             _, budget_created = budget_ensure(tenant=tenant, fields=_demo_budget_fields(tenant))
         if fresh != logins:
             _write_private(logins_file(), json.dumps(fresh, indent=2) + "\n")
@@ -141,7 +187,8 @@ class Command(ProvisioningCommand):
             f"demo tenant '{TENANT}' {'created' if created else 'already there'}; "
             f"logins {'set for ' + ', '.join(changed) if changed else 'unchanged'}; "
             f"demo agent key {'created' if new_key else 'unchanged'} ({agent_key_file()}); "
-            f"budget '{DEMO_BUDGET['name']}' {'created' if budget_created else 'kept'}"
+            f"budget '{DEMO_BUDGET['name']}' {'created' if budget_created else 'kept'}; "
+            f"demo MCP key {'created' if new_mcp_key else 'unchanged'} ({mcp_key_file()})"
         )
         if not no_banner:
             self.stdout.write(login_banner(fresh))

@@ -3,9 +3,10 @@
 First checks that HOST:PORT is free (else one line on stderr and exit 1, before anything else
 is printed or started), then runs `demo_setup` (without its banner), `daphne -b HOST -p PORT
 console.asgi:application`, the sweep beside it (`manage.py expire_approvals --loop`: expiry,
-reminders, escalations, all mail, and the webhook deliveries the server left due) and the demo
-agent (`manage.py demo_agent --runs 0`); prints the URL and the logins once the server
-answers; stops all three on Ctrl-C or SIGTERM, quietly (the children run in a session of
+reminders, escalations, all mail, and the webhook deliveries the server left due), the demo
+agent (`manage.py demo_agent --runs 0`) and the demo MCP client (`manage.py demo_mcp_client`:
+a coding assistant whose tool calls go through the gateway); prints the URL and the logins once
+the server answers; stops them all on Ctrl-C or SIGTERM, quietly (the children run in a session of
 their own, so the terminal's Ctrl-C reaches only this process, which stops them), and stops
 the others if the server dies.
 """
@@ -28,9 +29,15 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from console.management.commands.demo_setup import agent_key_file, login_banner, read_logins
+from console.management.commands.demo_setup import (
+    agent_key_file,
+    login_banner,
+    mcp_key_file,
+    read_logins,
+)
 
 STOP_GRACE_SECONDS = 10
+ASSISTANT_DELAY_SECONDS = 5.0
 
 
 def daphne_path() -> str:
@@ -115,7 +122,7 @@ class Command(BaseCommand):
         if not no_setup:
             call_command("demo_setup", no_banner=True, stdout=self.stdout, stderr=self.stderr)
         access_log = access_log or str(Path(settings.VAR_DIR) / "access.log")
-        server = agent = sweeper = None
+        server = agent = sweeper = assistant = None
         try:
             server = self._spawn(
                 [
@@ -134,13 +141,20 @@ class Command(BaseCommand):
             # the server's and the agent's first runs.
             sweeper = self._manage("expire_approvals", "--loop")
             self._banner(url)
+            # The coding assistant (its calls through the MCP gateway) a few seconds later: its
+            # start-up and its server's stdio process do not compete with the agent's first runs.
+            assistant_at = time.monotonic() + ASSISTANT_DELAY_SECONDS
+            wants_assistant = not no_agent and mcp_key_file().exists()
             while not stopping.is_set():
                 if server.poll() is not None:
                     raise CommandError(f"the server exited with code {server.returncode}")
+                if wants_assistant and assistant is None and time.monotonic() >= assistant_at:
+                    assistant = self._assistant(url)
                 stopping.wait(0.5)
             self.stdout.write("\nStopping the demo agent and the server…")
         finally:
             stop(agent)
+            stop(assistant)
             stop(sweeper)
             stop(server)
 
@@ -161,6 +175,10 @@ class Command(BaseCommand):
         # The agent reads its key from var/ itself (not on a command line that `ps` shows).
         command = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "demo_agent"]
         return self._spawn([*command, "--runs", "0", "--url", url])
+
+    def _assistant(self, url: str) -> subprocess.Popen:
+        manage = str(Path(settings.BASE_DIR) / "manage.py")
+        return self._spawn([sys.executable, manage, "demo_mcp_client", "--url", url])
 
     def _banner(self, url: str) -> None:
         self.stdout.write(f"\nGavel is running at {url}/ (Ctrl-C stops it)")
