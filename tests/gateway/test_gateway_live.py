@@ -246,6 +246,38 @@ async def test_a_held_calls_step_follows_the_passed_calls_before_it(console):
         assert done.is_error is False, text_of(done)
 
 
+async def test_the_demo_assistant_calls_again_through_the_bounded_hold(console):
+    """make run's coding assistant (demo_mcp_client.held_call) as a model would: told to call
+    again, it does with the same arguments until the reviewer decides; approved, the call
+    runs once; denied, it reads the denial and goes on."""
+    from gateway.management.commands.demo_mcp_client import held_call
+
+    with console.api("manage") as api:
+        made = api.post(
+            "/api/v1/mcp/servers",
+            json={"name": "files-demo", "url": console.upstream_url, "holdSeconds": 1},
+        )
+        assert made.status_code == 201, made.text
+    tag = uuid.uuid4().hex[:8]
+    approved, denied = (
+        {"path": f"/d/{tag}", "content": "yes"},
+        {"path": f"/d/{tag}", "content": "no"},
+    )
+    async with mcp_client(mcp_url(console, "files-demo"), console.keys["mcp"]) as session:
+        waiting = asyncio.create_task(held_call(session, "write_file", approved))
+        pending = await pending_for(console, "files-demo.write_file", approved)
+        await asyncio.sleep(2.5)  # past two bounded holds: it has called again
+        assert not waiting.done()
+        await decide(console, pending["id"], "approve")
+        assert await asyncio.wait_for(waiting, 30) == ("done", f"wrote 3 bytes to /d/{tag}")
+        waiting = asyncio.create_task(held_call(session, "write_file", denied))
+        pending = await pending_for(console, "files-demo.write_file", denied)
+        await decide(console, pending["id"], "deny", message="Not now.")
+        outcome, text = await asyncio.wait_for(waiting, 30)
+        assert (outcome, text) == ("refused", "Not now.")
+    assert [w for w in console.writes() if tag in w] == [f"write_file /d/{tag} yes"]
+
+
 async def test_the_bounded_hold_says_call_again_and_the_same_call_attaches(console):
     with console.api("manage") as api:
         made = api.post(
