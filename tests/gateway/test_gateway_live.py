@@ -43,6 +43,15 @@ def console(tmp_path_factory):
         yield live
 
 
+def add_server(console: Console, name: str, **fields) -> None:
+    """An http server of the tenant in front of the test upstream (the management API)."""
+    with console.api("manage") as api:
+        made = api.post(
+            "/api/v1/mcp/servers", json={"name": name, "url": console.upstream_url, **fields}
+        )
+        assert made.status_code == 201, made.text
+
+
 def mcp_url(console: Console, name: str, base: str | None = None) -> str:
     return f"{base or console.url}/mcp/{name}"
 
@@ -200,17 +209,7 @@ async def test_a_rule_decides_without_a_human(console):
 
 
 async def test_pass_read_only_passes_read_only_tools_and_holds_the_rest(console):
-    with console.api("manage") as api:
-        made = api.post(
-            "/api/v1/mcp/servers",
-            json={
-                "name": "files-ro",
-                "url": console.upstream_url,
-                "passReadOnly": True,
-                "holdSeconds": 1,
-            },
-        )
-        assert made.status_code == 201, made.text
+    add_server(console, "files-ro", passReadOnly=True, holdSeconds=1)
     async with mcp_client(mcp_url(console, "files-ro"), console.keys["mcp"]) as session:
         read = await asyncio.wait_for(session.call_tool("read_file", {"path": "/ro"}), 30)
         assert read.is_error is False and text_of(read) == "contents of /ro"
@@ -227,12 +226,7 @@ async def test_pass_read_only_passes_read_only_tools_and_holds_the_rest(console)
 async def test_a_held_calls_step_follows_the_passed_calls_before_it(console):
     """Passed calls are recorded behind their answers, in batches; a held call of the same
     session takes its step only after theirs, so the run's steps follow the calls' order."""
-    with console.api("manage") as api:
-        made = api.post(
-            "/api/v1/mcp/servers",
-            json={"name": "files-order", "url": console.upstream_url, "passReadOnly": True},
-        )
-        assert made.status_code == 201, made.text
+    add_server(console, "files-order", passReadOnly=True)
     arguments = {"path": "/order", "content": "third"}
     async with mcp_client(mcp_url(console, "files-order"), console.keys["mcp"]) as session:
         for path in ("/order-1", "/order-2"):
@@ -252,12 +246,7 @@ async def test_the_demo_assistant_calls_again_through_the_bounded_hold(console):
     runs once; denied, it reads the denial and goes on."""
     from gateway.management.commands.demo_mcp_client import held_call
 
-    with console.api("manage") as api:
-        made = api.post(
-            "/api/v1/mcp/servers",
-            json={"name": "files-demo", "url": console.upstream_url, "holdSeconds": 1},
-        )
-        assert made.status_code == 201, made.text
+    add_server(console, "files-demo", holdSeconds=1)
     tag = uuid.uuid4().hex[:8]
     approved, denied = (
         {"path": f"/d/{tag}", "content": "yes"},
@@ -279,12 +268,7 @@ async def test_the_demo_assistant_calls_again_through_the_bounded_hold(console):
 
 
 async def test_the_bounded_hold_says_call_again_and_the_same_call_attaches(console):
-    with console.api("manage") as api:
-        made = api.post(
-            "/api/v1/mcp/servers",
-            json={"name": "files-short", "url": console.upstream_url, "holdSeconds": 1},
-        )
-        assert made.status_code == 201, made.text
+    add_server(console, "files-short", holdSeconds=1)
     tag = uuid.uuid4().hex[:8]
     asked = {"path": f"/srv/{tag}", "content": "once"}
     reordered = {"content": "once", "path": f"/srv/{tag}"}  # the same canonical arguments
@@ -389,12 +373,7 @@ def test_a_passed_call_is_answered_at_the_edge_and_anything_else_by_the_sdk(cons
     """gateway/asgi.py `_passed_call`: a rule-passed `tools/call` on a session is answered
     as JSON without the SDK's per-request server; a call to hold, a header the transport
     refuses, or a malformed call are the SDK's, exactly as before."""
-    with console.api("manage") as api:
-        made = api.post(
-            "/api/v1/mcp/servers",
-            json={"name": "files-edge", "url": console.upstream_url, "holdSeconds": 1},
-        )
-        assert made.status_code == 201, made.text
+    add_server(console, "files-edge", holdSeconds=1)
     with console.api("rules") as api:
         rule = api.post(
             "/api/v1/rules",

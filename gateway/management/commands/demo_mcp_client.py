@@ -43,6 +43,10 @@ def _text(result) -> str:
     return " ".join(getattr(part, "text", "") for part in result.content)
 
 
+def _outcome(tool: str, result) -> tuple[str, str, str]:
+    return tool, "refused" if result.is_error else "done", _text(result)
+
+
 async def held_call(session: ClientSession, tool: str, arguments: dict) -> tuple[str, str]:
     """(outcome, text): 'done' or 'refused' (denied, expired, failed), after calling again while
     the gateway says the call still waits."""
@@ -51,7 +55,7 @@ async def held_call(session: ClientSession, tool: str, arguments: dict) -> tuple
         text = _text(result)
         if result.is_error and "again with the same arguments" in text:
             continue  # the bounded hold: the same call attaches to the same approval
-        return ("refused" if result.is_error else "done"), text
+        return _outcome(tool, result)[1:]
     return "refused", "gave up waiting"
 
 
@@ -71,11 +75,9 @@ async def one_session(url: str, key: str, rng: random.Random) -> list[tuple[str,
         missing = {"list_files", "read_file", "write_file"} - tools
         if missing:
             raise CommandError(f"the {SERVER} server lacks {', '.join(sorted(missing))}")
-        listed = await session.call_tool("list_files", {})
-        done.append(("list_files", "refused" if listed.is_error else "done", _text(listed)))
+        done.append(_outcome("list_files", await session.call_tool("list_files", {})))
         path, content = rng.choice(CHANGES)
-        read = await session.call_tool("read_file", {"path": path})
-        done.append(("read_file", "refused" if read.is_error else "done", _text(read)))
+        done.append(_outcome("read_file", await session.call_tool("read_file", {"path": path})))
         done.append(
             (
                 "write_file",
