@@ -19,6 +19,7 @@ from console.core.errors import Conflict, Invalid
 from console.models import Role
 from console.web.admin_pages import admin_view, manage_page
 from gateway import services, upstream
+from gateway.asgi import PREFIX
 from gateway.models import McpServer
 from gateway.schemas import McpServerIn
 
@@ -29,11 +30,12 @@ def _servers(tenant):
     return list(McpServer.objects.filter(tenant=tenant).order_by("name"))
 
 
-def _page(request, *, status=200, **context):
+def _page(request, *, status=200, **extra):
     tenant = request.viewer.tenant
-    return manage_page(
-        request, TEMPLATE, {"servers": _servers(tenant), **context}, tab="mcp", status=status
-    )
+    # The address clients connect to, as this request reached the console (its scheme and
+    # host: behind a proxy, as SECURE_PROXY_SSL_HEADER and ALLOWED_HOSTS read them).
+    context = {"servers": _servers(tenant), "gateway_url": request.build_absolute_uri(PREFIX)}
+    return manage_page(request, TEMPLATE, {**context, **extra}, tab="mcp", status=status)
 
 
 @admin_view
