@@ -29,6 +29,7 @@ from console.core.commands import ProvisioningCommand
 from console.directory.services import api_key_create, tenant_create
 from console.directory.services.principals import principal_create
 from console.models import ApiKey, Principal
+from gateway.demo import key_file as mcp_key_file
 
 TENANT = "demo"
 PEOPLE = (
@@ -69,10 +70,6 @@ def logins_file() -> Path:
 
 def agent_key_file() -> Path:
     return Path(settings.VAR_DIR) / "demo-agent.key"
-
-
-def mcp_key_file() -> Path:
-    return Path(settings.VAR_DIR) / "demo-mcp.key"
 
 
 def _write_private(path: Path, text: str) -> None:

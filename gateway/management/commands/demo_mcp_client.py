@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from pathlib import Path
 
 import httpx2
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+
+from gateway.demo import key_file
 
 SERVER = "workspace"
 CHANGES = (
@@ -32,11 +33,6 @@ CHANGES = (
 )
 DELETIONS = ("notes/outage.md", "config/prod.env")
 MAX_CALLS_AGAIN = 20  # a call the bounded hold answered "call again": at most this many times
-log = logging.getLogger(__name__)
-
-
-def key_file() -> Path:
-    return Path(settings.VAR_DIR) / "demo-mcp.key"
 
 
 def _text(result) -> str:
@@ -51,11 +47,10 @@ async def held_call(session: ClientSession, tool: str, arguments: dict) -> tuple
     """(outcome, text): 'done' or 'refused' (denied, expired, failed), after calling again while
     the gateway says the call still waits."""
     for _ in range(MAX_CALLS_AGAIN):
-        result = await session.call_tool(tool, arguments)
-        text = _text(result)
-        if result.is_error and "again with the same arguments" in text:
+        _, outcome, text = _outcome(tool, await session.call_tool(tool, arguments))
+        if outcome == "refused" and "again with the same arguments" in text:
             continue  # the bounded hold: the same call attaches to the same approval
-        return _outcome(tool, result)[1:]
+        return outcome, text
     return "refused", "gave up waiting"
 
 
