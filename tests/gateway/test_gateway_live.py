@@ -16,84 +16,24 @@ import pytest
 
 from tests.support.gateway_live import (
     Balancer,
-    Console,
+    add_server,
+    audit_actions,
     daphne,
-    env_for,
+    decide,
+    expire_now,
+    live_gateway,
     manage,
     mcp_client,
-    provision,
-    upstream_http,
+    mcp_url,
+    pending_for,
+    text_of,
 )
 
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("mcp")
-    env = env_for(tmp, redis=True)
-    live = Console(env=env, count_file=tmp / "upstream-writes.txt")
-    provision(live)
-    with upstream_http(env, tmp / "upstream.log") as upstream, daphne(env, tmp / "a.log") as url:
-        live.upstream_url, live.urls = upstream, [url]
-        with live.api("manage") as api:
-            made = api.post(
-                "/api/v1/mcp/servers",
-                json={"name": "files", "url": upstream, "headers": {"X-Upstream-Token": "s3"}},
-            )
-            assert made.status_code == 201, made.text
+    with live_gateway(tmp_path_factory.mktemp("mcp")) as live:
         yield live
-
-
-def add_server(console: Console, name: str, **fields) -> None:
-    """An http server of the tenant in front of the test upstream (the management API)."""
-    with console.api("manage") as api:
-        made = api.post(
-            "/api/v1/mcp/servers", json={"name": name, "url": console.upstream_url, **fields}
-        )
-        assert made.status_code == 201, made.text
-
-
-def mcp_url(console: Console, name: str, base: str | None = None) -> str:
-    return f"{base or console.url}/mcp/{name}"
-
-
-async def pending_for(console: Console, tool: str, arguments: dict, base=None) -> dict:
-    """The pending approval of this call, once the gateway has recorded it."""
-    async with httpx.AsyncClient(
-        base_url=base or console.url,
-        headers={"Authorization": f"Bearer {console.keys['decide']}"},
-        timeout=30,
-    ) as client:
-        for _ in range(300):
-            page = (await client.get("/api/v1/approvals", params={"status": "pending"})).json()
-            for item in page["items"]:
-                if item["toolName"] == tool and item["arguments"] == arguments:
-                    return item
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"no pending approval for {tool} {arguments}")
-
-
-async def decide(console, approval_id, decision, base=None, **body) -> dict:
-    async with httpx.AsyncClient(
-        base_url=base or console.url,
-        headers={"Authorization": f"Bearer {console.keys['decide']}"},
-        timeout=30,
-    ) as client:
-        answer = await client.post(
-            f"/api/v1/approvals/{approval_id}/decision", json={"decision": decision, **body}
-        )
-        assert answer.status_code == 200, answer.text
-        return answer.json()
-
-
-def text_of(result) -> str:
-    return result.content[0].text
-
-
-def audit_actions(console: Console, object_id: str) -> list[str]:
-    with console.api("manage") as api:
-        page = api.get("/api/v1/audit", params={"objectType": "mcp_call", "objectId": object_id})
-        assert page.status_code == 200, page.text
-        return [entry["action"] for entry in page.json()["items"]]
 
 
 @pytest.mark.parametrize("server", ["files", "files-stdio"])
@@ -164,11 +104,7 @@ async def test_an_expired_call_answers_is_error_and_never_runs(console):
     async with mcp_client(mcp_url(console, "files"), console.keys["mcp"]) as session:
         call = asyncio.create_task(session.call_tool("write_file", asked))
         approval = await pending_for(console, "files.write_file", asked)
-        # time passes: the approval's expiry is now (the gateway's re-read expires it)
-        manage(console.env, "shell", "-c",
-               "from approvals.models import Approval; from django.utils import timezone; "
-               f"Approval.objects.filter(public_id='{approval['id']}')"
-               ".update(expires_at=timezone.now())")  # fmt: skip
+        expire_now(console, approval["id"])
         result = await asyncio.wait_for(call, 60)
     assert result.is_error is True
     assert (

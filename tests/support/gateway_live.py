@@ -3,6 +3,7 @@ processes, and a real upstream MCP server (tests/gateway/upstream_server.py) ove
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -189,3 +190,82 @@ class Balancer(httpx2.AsyncBaseTransport):
 
     async def aclose(self):
         await self._inner.aclose()
+
+
+@contextlib.contextmanager
+def live_gateway(tmp: Path):
+    """A console (with Redis) before the test upstream over http, and the tenant's `files`
+    server on it (secret header `X-Upstream-Token`)."""
+    env = env_for(tmp, redis=True)
+    live = Console(env=env, count_file=tmp / "upstream-writes.txt")
+    provision(live)
+    with upstream_http(env, tmp / "upstream.log") as upstream, daphne(env, tmp / "a.log") as url:
+        live.upstream_url, live.urls = upstream, [url]
+        with live.api("manage") as api:
+            made = api.post(
+                "/api/v1/mcp/servers",
+                json={"name": "files", "url": upstream, "headers": {"X-Upstream-Token": "s3"}},
+            )
+            assert made.status_code == 201, made.text
+        yield live
+
+
+def add_server(console: Console, name: str, **fields) -> None:
+    """An http server of the tenant in front of the test upstream (the management API)."""
+    with console.api("manage") as api:
+        made = api.post(
+            "/api/v1/mcp/servers", json={"name": name, "url": console.upstream_url, **fields}
+        )
+        assert made.status_code == 201, made.text
+
+
+def mcp_url(console: Console, name: str, base: str | None = None) -> str:
+    return f"{base or console.url}/mcp/{name}"
+
+
+async def pending_for(console: Console, tool: str, arguments: dict, base=None) -> dict:
+    """The pending approval of this call, once the gateway has recorded it."""
+    async with httpx.AsyncClient(
+        base_url=base or console.url,
+        headers={"Authorization": f"Bearer {console.keys['decide']}"},
+        timeout=30,
+    ) as client:
+        for _ in range(300):
+            page = (await client.get("/api/v1/approvals", params={"status": "pending"})).json()
+            for item in page["items"]:
+                if item["toolName"] == tool and item["arguments"] == arguments:
+                    return item
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"no pending approval for {tool} {arguments}")
+
+
+async def decide(console, approval_id, decision, base=None, **body) -> dict:
+    async with httpx.AsyncClient(
+        base_url=base or console.url,
+        headers={"Authorization": f"Bearer {console.keys['decide']}"},
+        timeout=30,
+    ) as client:
+        answer = await client.post(
+            f"/api/v1/approvals/{approval_id}/decision", json={"decision": decision, **body}
+        )
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+
+def text_of(result) -> str:
+    return result.content[0].text
+
+
+def audit_actions(console: Console, object_id: str) -> list[str]:
+    with console.api("manage") as api:
+        page = api.get("/api/v1/audit", params={"objectType": "mcp_call", "objectId": object_id})
+        assert page.status_code == 200, page.text
+        return [entry["action"] for entry in page.json()["items"]]
+
+
+def expire_now(console: Console, approval_id: str) -> None:
+    """Time passes: the approval's expiry is now (the gateway's next re-read expires it)."""
+    manage(console.env, "shell", "-c",
+           "from approvals.models import Approval; from django.utils import timezone; "
+           f"Approval.objects.filter(public_id='{approval_id}')"
+           ".update(expires_at=timezone.now())")  # fmt: skip
