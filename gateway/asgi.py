@@ -23,6 +23,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
@@ -31,7 +32,7 @@ from console.audit.log import audit_refused
 from console.core import ratelimit
 from console.core.errors import Forbidden, GavelError, NotFound, RateLimited
 from console.web.auth import PrincipalKeyAuth
-from gateway import edge, flow, records, upstream
+from gateway import edge, flow, records, tasks, upstream
 from gateway.access import server_for
 
 log = logging.getLogger(__name__)
@@ -87,31 +88,97 @@ def _caller(ctx) -> Caller:
 
 async def _list_tools(ctx, params):
     caller = _caller(ctx)
-    return await upstream.request(caller.server, lambda s: s.list_tools(params=params))
+    listed = await upstream.request(caller.server, lambda s: s.list_tools(params=params))
+    if tasks.offered(ctx.protocol_version):  # any tool may be called as a task (the gateway's)
+        execution = types.ToolExecution(task_support="optional")
+        marked = [tool.model_copy(update={"execution": execution}) for tool in listed.tools]
+        listed = listed.model_copy(update={"tools": marked})
+    return listed
+
+
+def _progress(ctx):
+    """The request's progress notifications (None: the client asked for none), on its own
+    stream (a stateless gateway has no standalone stream)."""
+    meta = ctx.meta or {}
+    token = meta.get("progress_token", meta.get("progressToken"))
+    if token is None:
+        return None
+
+    async def progress(ticks: int, message: str) -> None:
+        await ctx.session.send_progress_notification(
+            token, float(ticks), None, message, related_request_id=ctx.request_id
+        )
+
+    return progress
 
 
 async def _call_tool(ctx, params: types.CallToolRequestParams):
     caller = _caller(ctx)
     session = await caller.the_session(ctx.protocol_version)
-    meta = ctx.meta or {}
-    token = meta.get("progress_token", meta.get("progressToken"))
-    progress = None
-    if token is not None:
-
-        async def progress(ticks: int, message: str) -> None:
-            # on this request's own stream (a stateless gateway has no standalone stream)
-            await ctx.session.send_progress_notification(
-                token, float(ticks), None, message, related_request_id=ctx.request_id
-            )
-
     return await flow.call_tool(
         session=session,
         key=caller.key,
         tool=params.name,
         arguments=params.arguments,
-        progress=progress,
+        progress=_progress(ctx),
         request_id=_request_id(ctx.request_id),
         pass_checked=caller.pass_checked,
+    )
+
+
+async def _tasks_middleware(ctx, call_next):
+    """MCP Tasks (gateway/tasks.py) where the SDK has only their types: `initialize` of a
+    2025-11-25 session advertises them, and a `tools/call` asking for a task is answered with
+    one (the SDK's own `tools/call` answer is a CallToolResult, never a task)."""
+    if ctx.method == "tools/call" and tasks.offered(ctx.protocol_version):
+        params = ctx.params or {}
+        if isinstance(params, dict) and params.get("task") is not None:
+            try:
+                typed = types.CallToolRequestParams.model_validate(params, by_name=False)
+            except ValidationError:
+                raise MCPError(
+                    code=types.INVALID_PARAMS, message="Invalid request parameters"
+                ) from None
+            return await tasks.create(
+                caller=_caller(ctx),
+                protocol_version=ctx.protocol_version,
+                params=typed,
+                request_id=_request_id(ctx.request_id),
+            )
+    result = await call_next(ctx)
+    if (
+        ctx.method == "initialize"
+        and isinstance(result, dict)
+        and tasks.offered(result.get("protocolVersion"))
+    ):
+        result["capabilities"] = {**result.get("capabilities", {}), "tasks": tasks.CAPABILITY}
+    return result
+
+
+async def _task_get(ctx, params: types.GetTaskRequestParams):
+    return await tasks.get(
+        caller=_caller(ctx), protocol_version=ctx.protocol_version, task_id=params.task_id
+    )
+
+
+async def _task_result(ctx, params: types.GetTaskPayloadRequestParams):
+    return await tasks.result(
+        caller=_caller(ctx),
+        protocol_version=ctx.protocol_version,
+        task_id=params.task_id,
+        progress=_progress(ctx),
+    )
+
+
+async def _tasks_list(ctx, params: types.PaginatedRequestParams):
+    return await tasks.list_page(
+        caller=_caller(ctx), protocol_version=ctx.protocol_version, cursor=params.cursor
+    )
+
+
+async def _task_cancel(ctx, params: types.CancelTaskRequestParams):
+    return await tasks.cancel(
+        caller=_caller(ctx), protocol_version=ctx.protocol_version, task_id=params.task_id
     )
 
 
@@ -145,7 +212,7 @@ async def _get_prompt(ctx, params):
 
 
 def _server() -> Server:
-    return Server(
+    server = Server(
         "gavel-mcp-gateway",
         version="1.2",
         instructions="Tool calls through this gateway may wait for a human reviewer.",
@@ -157,6 +224,12 @@ def _server() -> Server:
         on_list_prompts=_list_prompts,
         on_get_prompt=_get_prompt,
     )
+    server.middleware.append(_tasks_middleware)
+    server.add_request_handler("tasks/get", types.GetTaskRequestParams, _task_get)
+    server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, _task_result)
+    server.add_request_handler("tasks/list", types.PaginatedRequestParams, _tasks_list)
+    server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, _task_cancel)
+    return server
 
 
 class Gateway:
@@ -250,6 +323,8 @@ async def _passed_call(scope, message, caller: Caller, send) -> bool:
         params = types.CallToolRequestParams.model_validate(rpc.params or {})
     except ValidationError:
         return False  # the SDK answers with its JSON-RPC error
+    if params.task is not None and tasks.offered(version):
+        return False  # a task is asked for: answered with one (the SDK's, _tasks_middleware)
     call = await flow.call_passing(
         session=caller.session,
         tool=params.name,

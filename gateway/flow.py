@@ -145,8 +145,15 @@ class Recorder:
             await asyncio.shield(writing[1])
 
     @classmethod
-    async def _write(cls, fn, kwargs) -> None:
-        if not Waiting.stopping:
+    async def write_now(cls, fn, **kwargs) -> None:
+        """One record written before its result is answered (after the session's queued ones,
+        so that the run's steps keep the calls' order)."""
+        await cls.session_first(kwargs["call"].session_id)
+        await cls._write(fn, kwargs, at_once=True)
+
+    @classmethod
+    async def _write(cls, fn, kwargs, at_once=False) -> None:
+        if not Waiting.stopping and not at_once:
             await asyncio.sleep(cls.ANSWER_FIRST_SECONDS)
         try:
             await db(fn)(**kwargs)
@@ -181,7 +188,7 @@ def stop_waiting() -> None:
             waiter.event.set()
 
 
-def _text_result(text: str) -> dict:
+def text_result(text: str) -> dict:
     return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
@@ -248,17 +255,24 @@ async def call_tool(
         approval = call.approval
         args = approval.decided_arguments if approval is not None else None
         return await _send(call=call, key=key, arguments=arguments if args is None else args)
-    return await _await_decision(
+    result, _final = await await_decision(
         call=call, key=key, server=server, tool=tool, progress=progress, fresh=not begun.attached
     )
+    return result
 
 
-async def _await_decision(*, call, key, server, tool, progress, fresh) -> CallToolResult:
-    """`fresh`: the call was recorded just now (its approval as a rule left it): the first
-    look needs no read."""
+async def await_decision(
+    *, call, key, server, tool, progress, fresh, hold: float | None = None, record_first=False
+) -> tuple[CallToolResult, bool]:
+    """The held call's result once it is decided (and, approved, sent upstream), or within
+    `hold` seconds (the server's `holdSeconds` by default) the bounded hold's "call again".
+    (the result, whether it is the call's final one: False for the bounded hold's answers).
+    `fresh`: the call was recorded just now (its approval as a rule left it): the first look
+    needs no read. `record_first`: a result sent upstream is recorded before it is answered
+    (a task's: its status says so by the time its result is read)."""
     loop = asyncio.get_running_loop()
     started = loop.time()
-    deadline = started + server.hold_seconds
+    deadline = started + (server.hold_seconds if hold is None else hold)
     every = settings.GAVEL_MCP_PROGRESS_SECONDS
     next_progress = started + every
     ticks = 0
@@ -275,38 +289,42 @@ async def _await_decision(*, call, key, server, tool, progress, fresh) -> CallTo
                     won, args = await records.call_claim_approved(call=call)
                     if won:
                         return await _send(
-                            call=call, key=key, arguments=call.arguments if args is None else args
-                        )
+                            call=call,
+                            key=key,
+                            arguments=call.arguments if args is None else args,
+                            record_first=record_first,
+                        ), True
                     call, claimed = await db(records.call_look_and_claim)(call=call)
                 fresh = False
                 approval = call.approval
                 if claimed:  # approved: this caller sends it (claimed with the look)
                     args = approval.decided_arguments
                     return await _send(
-                        call=call, key=key, arguments=call.arguments if args is None else args
-                    )
+                        call=call,
+                        key=key,
+                        arguments=call.arguments if args is None else args,
+                        record_first=record_first,
+                    ), True
                 if call.state in (CallState.DONE, CallState.REFUSED):
-                    return _as_result(call.result)
+                    return _as_result(call.result), True
                 if call.state == CallState.FORWARDING:
                     return await _result_of(call=call, deadline=deadline)
                 if approval is None or approval.status == ApprovalStatus.CANCELLED:
-                    return _as_result(_text_result(f"`{tool}` on `{server.name}` was cancelled."))
+                    return _as_result(text_result(cancelled_elsewhere(call))), True
                 if approval.status == ApprovalStatus.APPROVED:
                     args = approval.decided_arguments
                     return await _forward(
-                        call=call, key=key, arguments=call.arguments if args is None else args
+                        call=call,
+                        key=key,
+                        arguments=call.arguments if args is None else args,
+                        record_first=record_first,
                     )
                 if approval.status in (ApprovalStatus.DENIED, ApprovalStatus.EXPIRED):
-                    body = _text_result(
-                        approval.message or records.refusal_for(server=server.name, tool=tool)
-                    )
-                    await db(records.call_finish)(call=call, result=body, key=key, forwarded=False)
-                    fresh = await db(records.call_result)(call=call)
-                    return _as_result(fresh.result or body)
+                    return _as_result(await refuse(call=call, key=key)), True
                 now = loop.time()
                 if now >= deadline or Waiting.stopping:
                     return _as_result(
-                        _text_result(
+                        text_result(
                             held_text(
                                 approval_id=approval.public_id,
                                 server=server.name,
@@ -314,7 +332,7 @@ async def _await_decision(*, call, key, server, tool, progress, fresh) -> CallTo
                                 hold=server.hold_seconds,
                             )
                         )
-                    )
+                    ), False
                 if progress is not None and now >= next_progress:
                     ticks += 1
                     await progress(ticks, f"waiting for a reviewer (approval {approval.public_id})")
@@ -339,53 +357,84 @@ def _wall() -> float:
     return time.time()
 
 
-async def _forward(*, call, key, arguments) -> CallToolResult:
+def cancelled_elsewhere(call) -> str:
+    """What a held call whose approval was cancelled (not by its client) answers."""
+    return f"`{call.tool}` on `{call.server.name}` was cancelled."
+
+
+async def refuse(*, call, key) -> dict:
+    """A denied or expired held call: its refusal (the message the model reads) recorded
+    once, whoever looks first; the recorded result (the wire form)."""
+    approval = call.approval
+    body = text_result(
+        approval.message or records.refusal_for(server=call.server.name, tool=call.tool)
+    )
+    await db(records.call_finish)(call=call, result=body, key=key, forwarded=False)
+    fresh = await db(records.call_result)(call=call)
+    return fresh.result or body
+
+
+def in_background(coroutine) -> asyncio.Task:
+    """Work a request started and does not wait for (a task's call sent upstream): kept with
+    the process's pending records, so that a stopping server finishes it first."""
+    return Recorder._start(coroutine)
+
+
+async def _forward(*, call, key, arguments, record_first=False) -> tuple[CallToolResult, bool]:
     """Send the call upstream if this caller wins the claim; else wait for the winner's result."""
     claimed = await db(records.call_claim)(call=call)
     if not claimed:
         loop = asyncio.get_running_loop()
         return await _result_of(call=call, deadline=loop.time() + call.server.hold_seconds)
-    return await _send(call=call, key=key, arguments=arguments)
+    return await _send(call=call, key=key, arguments=arguments, record_first=record_first), True
 
 
-async def _send(*, call, key, arguments) -> CallToolResult:
-    return _as_result(await send_passed(call=call, key=key, arguments=arguments))
+async def _send(*, call, key, arguments, record_first=False) -> CallToolResult:
+    return _as_result(
+        await send_passed(call=call, key=key, arguments=arguments, record_first=record_first)
+    )
 
 
-async def send_passed(*, call, key, arguments) -> dict:
+async def send_passed(*, call, key, arguments, record_first=False) -> dict:
     """The claimed call upstream; its result (the wire form: what the client receives)
-    recorded right after it is answered."""
+    recorded right after it is answered, or with `record_first` before (a task's: its status
+    says "completed" as soon as its result can be read)."""
     try:
         result = await upstream.call_tool(
             call.server, call.tool, arguments if arguments is not None else {}
         )
         body = result.model_dump(mode="json", by_alias=True, exclude_none=True)
     except upstream.UpstreamError as exc:
-        body = _text_result(f"the MCP server `{call.server.name}` could not be reached: {exc}")
+        body = text_result(f"the MCP server `{call.server.name}` could not be reached: {exc}")
     except Exception as exc:  # the upstream's own JSON-RPC error
         message = getattr(getattr(exc, "error", None), "message", None) or type(exc).__name__
-        body = _text_result(f"`{call.tool}` on `{call.server.name}` failed: {message}")
+        body = text_result(f"`{call.tool}` on `{call.server.name}` failed: {message}")
     if call.passed_by and not call.step:
-        await Recorder.later(records.call_record_passed, call=call, result=body, key=key)
+        fn, kwargs = records.call_record_passed, {}
     else:
-        await Recorder.later(records.call_finish, call=call, result=body, key=key, forwarded=True)
+        fn, kwargs = records.call_finish, {"forwarded": True}
+    if record_first:
+        await Recorder.write_now(fn, call=call, result=body, key=key, **kwargs)
+    else:
+        await Recorder.later(fn, call=call, result=body, key=key, **kwargs)
     return body
 
 
-async def _result_of(*, call, deadline: float) -> CallToolResult:
-    """Another caller sends this call upstream: its recorded result, once there."""
+async def _result_of(*, call, deadline: float) -> tuple[CallToolResult, bool]:
+    """Another caller sends this call upstream: its recorded result, once there (final), or
+    at the deadline the bounded hold's answer (not final)."""
     loop = asyncio.get_running_loop()
     while True:
         fresh = await db(records.call_result)(call=call)
         if fresh.state in (CallState.DONE, CallState.REFUSED) and fresh.result is not None:
-            return _as_result(fresh.result)
+            return _as_result(fresh.result), True
         if loop.time() >= deadline:
             return _as_result(
-                _text_result(
+                text_result(
                     f"`{call.tool}` on `{call.server.name}` is on its way to the server; call it "
                     f"again with the same arguments for its result."
                 )
-            )
+            ), False
         await asyncio.sleep(FINISH_WAIT_SECONDS)
 
 

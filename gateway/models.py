@@ -154,6 +154,11 @@ class McpCall(models.Model):
     # False while a passed call's step, approval and audit are still to be written (the
     # write-behind; the sweep records what a stopped process left: gateway/records.py).
     recorded = models.BooleanField(default=True)
+    # A task-augmented call (MCP Tasks, protocol 2025-11-25: gateway/tasks.py): its task id is
+    # its `tool_call_id`, readable by the same principal on the same server; `task_ttl` the
+    # retention the client asked for, in milliseconds (None: as long as the call is kept).
+    task = models.BooleanField(default=False)
+    task_ttl = models.PositiveBigIntegerField(null=True, blank=True)
 
     objects = McpCallQuerySet.as_manager()
 
@@ -169,4 +174,9 @@ class McpCall(models.Model):
                 name="mcp_call_unrecorded",
             ),
             models.Index(fields=["session", "request_id"], name="mcp_call_request"),
+            models.Index(
+                fields=["server", "principal", "tool_call_id"],
+                condition=models.Q(task=True),
+                name="mcp_call_task",
+            ),
         ]

@@ -717,6 +717,35 @@ def call_result(*, call: McpCall) -> McpCall:
     return McpCall.objects.get(pk=call.pk)
 
 
+# --- MCP Tasks (gateway/tasks.py): a task is a call marked `task`, its id its tool_call_id ---
+
+
+def call_make_task(*, call: McpCall, ttl: int | None) -> None:
+    McpCall.objects.filter(pk=call.pk).update(task=True, task_ttl=ttl)
+    call.task, call.task_ttl = True, ttl
+
+
+def task_find(*, server: McpServer, principal_id: int, task_id: str) -> McpCall | None:
+    """The task of this id that this principal made on this server (None for anyone else's:
+    a task is bound to who made it)."""
+    return (
+        McpCall.objects.filter(
+            server=server, principal_id=principal_id, tool_call_id=task_id, task=True
+        )
+        .select_related("approval", "server", "session__run", "session__principal")
+        .first()
+    )
+
+
+def tasks_page(*, server: McpServer, principal_id: int, before: int | None, size: int) -> list:
+    """This principal's tasks on this server, newest first, `size` + 1 of them (the extra one
+    says there is a next page) from before the call id `before`."""
+    found = McpCall.objects.filter(server=server, principal_id=principal_id, task=True)
+    if before is not None:
+        found = found.filter(pk__lt=before)
+    return list(found.select_related("approval", "server").order_by("-pk")[: size + 1])
+
+
 def cancelled_text(*, server: str, tool: str) -> str:
     return f"`{tool}` on `{server}` was cancelled by the client; it did not run."
 
@@ -739,8 +768,35 @@ def call_cancel(*, session: McpSession, request_id: str, key) -> McpCall | None:
         return None
     if call.approval.status != ApprovalStatus.PENDING:
         return None
-    approvals_cancel(approvals=[call.approval])
-    call.approval.refresh_from_db()
+    return _withdraw(run=run, call=call, key=key)
+
+
+@transaction.atomic
+def task_cancel(*, call: McpCall, key) -> McpCall | None:
+    """`tasks/cancel`: a task's call not yet on its way upstream — its approval pending, or
+    approved and not yet claimed — is withdrawn as `call_cancel` withdraws one (an approved
+    one keeps its approval: the reviewer's decision stands, the client took the call back).
+    None: it is on its way upstream, or finished."""
+    run = _locked_run(call.session)  # the run before the approval, as a decision does (LOCKS)
+    held = (
+        McpCall.objects.select_for_update(of=("self",))
+        .filter(pk=call.pk, state=CallState.HELD)
+        .select_related("approval", "server", "session__run", "session__principal")
+        .first()
+    )
+    if held is None or held.approval is None:
+        return None
+    if held.approval.status not in (ApprovalStatus.PENDING, ApprovalStatus.APPROVED):
+        return None
+    return _withdraw(run=run, call=held, key=key)
+
+
+def _withdraw(*, run, call: McpCall, key) -> McpCall:
+    """A held call (its row and its run locked) withdrawn by its client: its pending approval
+    cancelled, its result the cancellation, its step's result and audit entry written."""
+    if call.approval.status == ApprovalStatus.PENDING:
+        approvals_cancel(approvals=[call.approval])
+        call.approval.refresh_from_db()
     body = _error_result(cancelled_text(server=call.server.name, tool=call.tool))
     McpCall.objects.filter(pk=call.pk).update(
         state=CallState.REFUSED, result=body, finished_at=timezone.now(), recorded=True

@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 
 from console.core import outbound
 from console.core.errors import Conflict, Invalid
-from gateway import flow, records, services, upstream
+from gateway import flow, records, services, tasks, upstream
 from gateway.models import McpServer
 from gateway.templatetags.mcp import mcp_server
 from tests.support.factories import PrincipalFactory, TenantFactory
@@ -202,3 +202,67 @@ def test_a_held_call_has_its_sessions_passed_calls_recorded_first(monkeypatch):
         assert order == ["batch written", "held call's step"]
 
     asyncio.run(scenario())
+
+
+def _task_call(state, approval_status=None, result=None, ttl=None):
+    from datetime import UTC, datetime, timedelta
+
+    created = datetime(2026, 12, 6, 10, 0, tzinfo=UTC)
+    approval = None
+    if approval_status is not None:
+        decided = created + timedelta(seconds=30) if approval_status != "pending" else None
+        approval = SimpleNamespace(status=approval_status, public_id="apr_1", decided_at=decided)
+    return SimpleNamespace(
+        state=state,
+        approval=approval,
+        result=result,
+        tool_call_id="mcp_0123456789abcdef",
+        task_ttl=ttl,
+        created_at=created,
+        forwarded_at=None,
+        finished_at=created + timedelta(seconds=31) if state in ("done", "refused") else None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("state", "approval", "result", "status", "message"),
+    [
+        ("held", "pending", None, "working", "waiting for a reviewer (approval apr_1)"),
+        ("held", "approved", None, "working", "approved; on its way to the server"),
+        ("forwarding", None, None, "working", "approved; on its way to the server"),
+        ("held", "denied", None, "working", "decided; its answer is being written"),
+        ("done", "approved", {"content": [], "isError": False}, "completed", "the tool answered"),
+        (
+            "done",
+            None,
+            {"content": [], "isError": True},
+            "failed",
+            "the tool answered with an error",
+        ),
+        ("refused", "denied", {"isError": True}, "failed", "denied by a reviewer"),
+        ("refused", "expired", {"isError": True}, "failed", "expired: no reviewer decided in time"),
+        ("refused", "cancelled", {"isError": True}, "cancelled", "cancelled by the client"),
+        ("refused", "approved", {"isError": True}, "cancelled", "cancelled by the client"),
+        ("held", "cancelled", None, "cancelled", "cancelled"),
+    ],
+)
+def test_a_calls_task_status(state, approval, result, status, message):
+    assert tasks.status_of(_task_call(state, approval, result)) == (status, message)
+
+
+def test_a_task_on_the_wire_always_says_its_ttl_and_polls_only_while_working():
+    working = tasks.task_of(_task_call("held", "pending"))
+    assert working == {
+        "taskId": "mcp_0123456789abcdef",
+        "status": "working",
+        "statusMessage": "waiting for a reviewer (approval apr_1)",
+        "createdAt": "2026-12-06T10:00:00Z",
+        "lastUpdatedAt": "2026-12-06T10:00:00Z",
+        "ttl": None,  # unlimited: present as null, as the spec asks
+        "pollInterval": tasks.POLL_MS,
+    }
+    done = tasks.task_of(_task_call("done", "approved", {"content": []}, ttl=60_000))
+    assert done["status"] == "completed" and done["ttl"] == 60_000
+    assert done["lastUpdatedAt"] == "2026-12-06T10:00:31Z" and "pollInterval" not in done
+    assert tasks.offered("2025-11-25") and not tasks.offered("2025-06-18")
+    assert not tasks.offered(None) and not tasks.offered("2026-07-28")

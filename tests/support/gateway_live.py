@@ -139,6 +139,8 @@ keys = dict(
     ingest=run("create_api_key", tenant="{tenant}", name="runtime", scope="ingest"),
     other_mcp=run("create_api_key", tenant="{other}", name="gus-mcp", scope="mcp",
                   principal="gus"),
+    rev_mcp=run("create_api_key", tenant="{tenant}", name="rev-mcp", scope="mcp",
+                principal="rev"),
 )
 run("create_mcp_server", "files-stdio", tenant="{tenant}", stdio=True, command={stdio!r})
 print(json.dumps(keys))
