@@ -6,7 +6,8 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test fuzz lint format bench bench-quick migrate clean browser-deps screenshots
+.PHONY: install run test fuzz lint format bench bench-quick migrate clean browser-deps gateway-deps \
+	screenshots
 
 $(STAMP): pyproject.toml sdk/pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) is required (set PYTHON=...)"; exit 1; }
@@ -34,10 +35,19 @@ $(AXE): tests/browser/node/package.json tests/browser/node/package-lock.json
 
 browser-deps: $(AXE)
 
+# The official TypeScript MCP client, for the gateway's interop test of MCP Tasks, from
+# tests/gateway/node's package-lock.json.
+MCP_TS := tests/gateway/node/node_modules/@modelcontextprotocol/sdk/package.json
+$(MCP_TS): tests/gateway/node/package.json tests/gateway/node/package-lock.json
+	cd tests/gateway/node && npm ci --ignore-scripts --no-audit --no-fund
+	touch $(MCP_TS)
+
+gateway-deps: $(MCP_TS)
+
 # TEST_WORKERS: pytest-xdist workers (each with its own test database, ports and Redis prefix;
 # a module's tests stay on one worker); TEST_WORKERS=0 runs everything in this process.
 TEST_WORKERS ?= 2
-test: install browser-deps
+test: install browser-deps gateway-deps
 	SECRET_KEY=$${SECRET_KEY-test-only-secret-key-not-for-production} \
 	  $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import uuid
+from pathlib import Path
 
 import httpx
 import mcp_types as types
@@ -29,6 +31,8 @@ from tests.support.gateway_live import (
     pending_for,
 )
 
+NODE = Path(__file__).parent / "node"
+TS_SDK = NODE / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json"
 RELATED = "io.modelcontextprotocol/related-task"
 IMMEDIATE = "io.modelcontextprotocol/model-immediate-response"
 
@@ -140,6 +144,42 @@ async def test_task_result_blocks_until_the_decision_and_honours_edited_argument
         assert (await task_get(session, task.task_id)).status == "completed"
     assert result.content[0].text == f"wrote 5 bytes to /srv/{tag}-ok"
     assert writes_of(console, tag) == [f"write_file /srv/{tag}-ok final"]
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js for the TypeScript SDK")
+async def test_the_official_typescript_client_calls_a_tool_as_a_task(console):
+    """Interop with the other official client: @modelcontextprotocol/sdk's
+    `client.experimental.tasks.callToolStream` (tests/gateway/node/tasks_client.mjs) creates the
+    task, polls it while a person decides, and reads its result."""
+    if not TS_SDK.exists():
+        pytest.skip("needs the TypeScript SDK in tests/gateway/node: make gateway-deps")
+    tag = uuid.uuid4().hex[:8]
+    asked = {"path": f"/srv/{tag}", "content": "from-ts"}
+    client = await asyncio.create_subprocess_exec(
+        "node", str(NODE / "tasks_client.mjs"), mcp_url(console, "files"),
+        console.keys["mcp"], "write_file", json.dumps(asked),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    approval = await pending_for(console, "files.write_file", asked)
+    await asyncio.sleep(2.5)  # it polls meanwhile (pollInterval 2 s)
+    assert client.returncode is None  # still waiting for the decision
+    await decide(console, approval["id"], "approve")
+    out, err = await asyncio.wait_for(client.communicate(), 60)
+    assert client.returncode == 0, err.decode()[-2000:]
+    events = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
+    kinds = [event["type"] for event in events]
+    assert kinds[:3] == ["connected", "tools", "taskCreated"], events
+    assert events[0]["protocolVersion"] == "2025-11-25"
+    assert events[0]["tasks"] == {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+    assert events[1]["taskSupport"]["write_file"] == "optional"
+    task = events[2]["task"]
+    assert task["taskId"] == approval["toolCallId"] and task["status"] == "working"
+    assert "taskStatus" in kinds and kinds[-1] == "result", kinds
+    assert events[-1]["result"]["content"] == [
+        {"type": "text", "text": f"wrote 7 bytes to /srv/{tag}"}
+    ]
+    assert not events[-1]["result"].get("isError")
+    assert writes_of(console, tag) == [f"write_file /srv/{tag} from-ts"]
 
 
 async def test_a_denied_task_fails_with_the_message_the_model_reads(console):
