@@ -41,6 +41,7 @@ from gateway.models import CallState
 VERSION = "2025-11-25"  # the protocol version that has Tasks in its core
 POLL_MS = 2000  # the `pollInterval` suggested to clients
 PAGE = 50  # tasks in a `tasks/list` page
+MAX_TTL_MS = 30 * 24 * 3600 * 1000  # the longest `ttl` granted (a longer one is shortened)
 RELATED = "io.modelcontextprotocol/related-task"
 IMMEDIATE = "io.modelcontextprotocol/model-immediate-response"
 CURSOR = re.compile(r"[0-9]{1,18}")  # a page's cursor: the last call id it listed
@@ -127,8 +128,11 @@ def _require(protocol_version: str | None) -> None:
 async def create(*, caller, protocol_version: str, params, request_id: str) -> dict:
     """`tools/call` with `task`: the call recorded (and, passing, sent upstream in the
     background), answered with its task (the wire `CreateTaskResult`)."""
-    session = await caller.the_session(protocol_version)
     ttl = params.task.ttl
+    if ttl is not None and ttl < 0:
+        raise MCPError(code=INVALID_PARAMS, message="task.ttl must be 0 or more milliseconds")
+    ttl = None if ttl is None else min(ttl, MAX_TTL_MS)  # a receiver may shorten it (the spec)
+    session = await caller.the_session(protocol_version)
     passed = await flow.call_passing(
         session=session, tool=params.name, arguments=params.arguments, request_id=request_id
     )

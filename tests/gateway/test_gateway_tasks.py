@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import time
 import uuid
 from pathlib import Path
 
@@ -338,9 +339,45 @@ def test_without_tasks_in_the_protocol_a_task_field_is_ignored(console):
             "application/json") else sse_result(answer.text)  # fmt: skip
         if is_task:
             assert result["task"]["status"] == "working" and "content" not in result
+            assert result["task"]["ttl"] == 1000
         else:
             assert result["content"] == [{"type": "text", "text": "contents of /old"}]
             assert "task" not in result
+        got = rpc(url, key, version, "tasks/get", {"taskId": "mcp_0"}, session_id=session_id)
+        error = (got.json() if got.headers["content-type"].startswith("application/json")
+                 else sse_result(got.text))["error"]  # fmt: skip
+        assert error["code"] == (-32602 if is_task else -32601), error  # no task / no method
+
+
+def test_a_task_ttl_is_checked_and_a_long_one_shortened(console):
+    add_server(console, "files-ro-ttl", passReadOnly=True)
+    url, key, version = mcp_url(console, "files-ro-ttl"), console.keys["mcp"], "2025-11-25"
+    opened = rpc(url, key, version, "initialize", {
+        "protocolVersion": version, "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}})  # fmt: skip
+    session_id = opened.headers["mcp-session-id"]
+
+    def ask(ttl):
+        answer = rpc(url, key, version, "tools/call", {
+            "name": "read_file", "arguments": {"path": "/ttl"}, "task": {"ttl": ttl}},
+            session_id=session_id)  # fmt: skip
+        return answer.json() if answer.headers["content-type"].startswith(
+            "application/json") else sse_result(answer.text)  # fmt: skip
+
+    for bad in (-1, "soon", 1.5):
+        refused = ask(bad)
+        assert refused["error"]["code"] == -32602, (bad, refused)
+    assert ask(10**12)["task"]["ttl"] == 30 * 24 * 3600 * 1000  # the longest granted
+    await_recorded = 0
+    with console.api("ingest") as api:
+        while True:  # the passed call's step is written right after it ran
+            run = api.get(f"/api/v1/runs/mcp-{session_id}")
+            assert run.status_code == 200, run.text
+            if run.json()["steps"] or await_recorded > 50:
+                break
+            await_recorded += 1
+            time.sleep(0.1)
+    assert run.json()["steps"] == 1, run.text  # the refused asks recorded nothing
 
 
 def rpc(url, key, version, method, params, session_id=None) -> httpx.Response:
