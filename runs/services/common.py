@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from approvals.models import Approval, ApprovalStatus
 from approvals.services.requests import approvals_cancel_pending, approvals_request
 from console.core.errors import Forbidden
 from console.directory.services import _get_or_create, principal_ensure
@@ -324,6 +325,17 @@ def calls_hold_later(*, run: Run, calls: list[dict], writes: RunWrites) -> None:
     run_status_set(run=run, status=RunStatus.AWAITING_APPROVAL, writes=writes)
     writes.what.add("approvals")
     writes.held_later.extend(calls)
+
+
+def run_status_settle(*, run: Run, writes: RunWrites) -> None:
+    """A batch reported a result or a step's end after its last asked calls (ingest): a run
+    awaiting approval none of whose calls waits for a person any more is running again (the
+    MCP gateway reports a held call's result with no new step after it: without this its
+    session's run read "awaiting approval" until its next call)."""
+    if run.status != RunStatus.AWAITING_APPROVAL:
+        return
+    if not Approval.objects.filter(run=run, status=ApprovalStatus.PENDING).exists():
+        run_status_set(run=run, status=RunStatus.RUNNING, writes=writes)
 
 
 def calls_held_now(*, run: Run, writes: RunWrites) -> None:

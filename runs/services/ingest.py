@@ -192,9 +192,24 @@ def _apply_new(*, run: Run, events: list, wires: list) -> None:
             common.calls_held_now(run=run, writes=writes)
         EFFECTS[event.type](run, event, wire, writes)
     common.calls_held_now(run=run, writes=writes)
+    if _reported_after_asking(events):
+        common.run_status_settle(run=run, writes=writes)
     _log_project(run=run, events=events)
     writes.flush()
     instruments.events_ingested(events)  # gavel_ingest_events_total, runtime trace ids
+
+
+def _reported_after_asking(events: list) -> bool:
+    """Did the batch report a result or a step's end after the last calls it asked a person
+    about (a call's `approval.requested` leaves the run awaiting approval, as the contract
+    says, until something shows the runtime went on)?"""
+    went_on = False
+    for event in events:
+        if event.type == "approval.requested":
+            went_on = False
+        elif event.type in ("tool.result", "step.finished"):
+            went_on = True
+    return went_on
 
 
 def _finished_conflict(*, run: Run, seq: int):

@@ -445,3 +445,19 @@ def test_a_run_finished_in_the_batch_that_held_a_call_cancels_it(ingest_a):
     answer = ingest_a.post(f"{RUNS}/run_r/events", {"events": events})
     assert answer.status_code == 200, answer.content
     assert Approval.objects.get().status == ApprovalStatus.CANCELLED
+
+
+def test_the_run_awaits_approval_after_the_batch_until_its_runtime_goes_on(
+    ingest_a, tenant_a, lead_a
+):
+    """The contract: `approval.requested` leaves the run `awaiting_approval`, a rule deciding
+    the call at once included; a later batch reporting the call's result (no new step) shows
+    the runtime went on, and with no call waiting for a person the run is running."""
+    rule(tenant_a, lead_a, conditions=TO_ACME)
+    admit(ingest_a)
+    hold(ingest_a)
+    assert ingest_a.get(f"{RUNS}/run_r").json()["status"] == "awaiting_approval"
+    result = {"seq": 2, "type": "tool.result", "step": 1, "toolCallId": "call_1",
+              "toolName": "email.send", "result": "sent", "isError": False}  # fmt: skip
+    assert ingest_a.post(f"{RUNS}/run_r/events", {"events": [result]}).status_code == 200
+    assert ingest_a.get(f"{RUNS}/run_r").json()["status"] == "running"

@@ -80,8 +80,16 @@ async def test_a_held_call_approved_as_asked(console):
         approval = await pending_for(console, "files.write_file", asked)
         await decide(console, approval["id"], "approve")
         result = await asyncio.wait_for(call, 30)
+        # its result recorded (right after the answer), the session's run is running again
+        with console.api("ingest") as api:
+            for _ in range(50):
+                run = api.get(f"/api/v1/runs/{approval['runId']}").json()
+                if run["status"] != "awaiting_approval":
+                    break
+                await asyncio.sleep(0.1)
     assert text_of(result) == f"wrote 3 bytes to /srv/{tag}"
     assert [w for w in console.writes() if tag in w] == [f"write_file /srv/{tag} abc"]
+    assert run["status"] == "running", run
 
 
 async def test_a_denied_call_answers_is_error_with_the_message_and_never_runs(console):

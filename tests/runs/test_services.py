@@ -230,3 +230,41 @@ def test_the_same_batch_posted_twice_at_once_is_applied_once():
     assert results == [2, 2]
     assert (run.last_seq, run.input_tokens) == (2, 5)
     assert UsageDaily.objects.get(tenant=tenant).input_tokens == 5
+
+
+def test_a_run_awaits_approval_only_while_one_of_its_calls_waits_for_a_person(run):
+    """At a batch's end a run none of whose calls waits any more is running again (a gateway
+    reports a held call's result with no new step after it)."""
+    from django.utils import timezone
+
+    from runs import schemas as s
+    from runs.services.ingest import run_events_apply
+
+    seq = iter(range(1, 100))
+
+    def post(*events) -> str:
+        events = [{"seq": next(seq), "step": 1, **e} for e in events]
+        run_events_apply(
+            tenant_id=run.tenant_id, run_id=run.external_id, events=s.EVENTS.validate_python(events)
+        )
+        run.refresh_from_db()
+        return run.status
+
+    def held(call_id):
+        return {"toolCallId": call_id, "toolName": "send", "arguments": {}, "reason": "r",
+                "rejectionMessage": "no"}  # fmt: skip
+
+    def result(call_id):
+        return {"type": "tool.result", "toolCallId": call_id, "toolName": "send",
+                "result": "ok", "isError": False}  # fmt: skip
+
+    started = {"type": "step.started", "agentId": "bot", "model": "m"}
+    asked = {"type": "approval.requested", "calls": [held("c1"), held("c2")]}
+    assert post(started, asked) == "awaiting_approval"
+    now = timezone.now()
+    Approval.objects.filter(run=run, tool_call_id="c1").update(status="approved", decided_at=now)
+    assert post(result("c1")) == "awaiting_approval"  # c2 still waits for a person
+    Approval.objects.filter(run=run, tool_call_id="c2").update(status="denied", decided_at=now)
+    assert post(result("c2"), {"type": "step.finished", "model": "m",
+                               "usage": {"inputTokens": 0, "outputTokens": 0,
+                                         "costMinorUnits": 0}}) == "running"  # fmt: skip
