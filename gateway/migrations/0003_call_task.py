@@ -6,8 +6,6 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0007_desk_saved_views'),
-        ('console', '0013_audit_keyed_chain'),
         ('gateway', '0002_session_idle_call_fast_path'),
     ]
 
