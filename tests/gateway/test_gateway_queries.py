@@ -292,3 +292,32 @@ def test_record_many_writes_each_calls_fields_in_one_statement_and_nothing_else(
     assert not untouched.recorded and untouched.result is None and untouched.finished_at is None
     none = McpCall.objects.record_many([], state=CallState.DONE, finished_at=done_at, recorded=True)
     assert none == 0
+
+
+def test_tasks_list_pages_newest_first_by_cursor_and_never_shows_a_plain_call(ungated, monkeypatch):
+    from types import SimpleNamespace
+
+    from gateway import tasks
+
+    session, key, _ = ungated
+    made = []
+    for n in range(5):
+        begun = records.call_begin(
+            session=session, tool="write", arguments={"n": 100 + n}, gated=True
+        )
+        records.call_make_task(call=begun.call, ttl=None)
+        made.append(begun.call.tool_call_id)
+    records.call_begin(session=session, tool="write", arguments={"n": 200}, gated=True)  # no task
+    monkeypatch.setattr(tasks, "PAGE", 2)
+    caller = SimpleNamespace(server=session.server, key=key)
+    pages, cursor = [], None
+    while True:
+        page = asyncio.run(
+            tasks.list_page(caller=caller, protocol_version=tasks.VERSION, cursor=cursor)
+        )
+        pages.append([task["taskId"] for task in page["tasks"]])
+        cursor = page.get("nextCursor")
+        if cursor is None:
+            break
+    newest_first = made[::-1]
+    assert pages == [newest_first[0:2], newest_first[2:4], newest_first[4:]]

@@ -302,7 +302,7 @@ async def test_cancelling_a_waiting_task_withdraws_it_and_an_ended_one_is_refuse
     assert audit_actions(console, task.task_id) == ["mcp.call.cancelled"]
 
 
-async def test_tasks_list_pages_newest_first(console, monkeypatch):
+async def test_tasks_list_pages_newest_first(console):
     add_server(console, "files-list-tasks")
     ids = []
     async with mcp_client(mcp_url(console, "files-list-tasks"), console.keys["mcp"]) as session:
