@@ -206,7 +206,8 @@ def may_decide(viewer: Viewer, approval) -> None:
 def approval_for_decider(*, viewer: Viewer, approval_id: str):
     """The approval a decider asks for: NotFound outside its tenant, Forbidden if it may not."""
     approval = one_in_tenant(
-        Approval.objects.select_related("run", "run__tenant").annotate(
+        Approval.objects.with_run()
+        .annotate(
             mirrored=Exists(Approval.objects.filter(mirror_of=OuterRef("pk")))
         ),  # `mirrored`: whether deciding it must look for its mirrors (settle.py)
         tenant_id=viewer.tenant_id, value=approval_id, noun="approval", code="approval_not_found",

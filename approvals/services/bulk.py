@@ -37,7 +37,7 @@ def approvals_decide_many(*, viewer, approval_ids, decision, message=None) -> li
     ids = _validate(approval_ids, decision)
     found = {
         a.public_id: a
-        for a in Approval.objects.select_related("run", "run__tenant")
+        for a in Approval.objects.with_run()
         .filter(tenant_id=viewer.tenant_id, public_id__in=ids)
         .annotate(mirrored=Exists(Approval.objects.filter(mirror_of=OuterRef("pk"))))
     }

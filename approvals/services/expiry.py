@@ -16,9 +16,7 @@ from approvals.services.settle import approval_settle
 
 
 def _due(*, now, run=None, tenant_id=None, approval_ids=None):
-    qs = Approval.objects.select_related("run", "run__tenant").filter(
-        status=ApprovalStatus.PENDING, expires_at__lte=now
-    )
+    qs = Approval.objects.with_run().filter(status=ApprovalStatus.PENDING, expires_at__lte=now)
     if run is not None:
         qs = qs.filter(run=run)
     if tenant_id is not None:

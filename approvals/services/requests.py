@@ -93,7 +93,7 @@ def _mail_later(*, run: Run, approvals: list[Approval]) -> None:
 
 def _cancel(pending) -> list[Approval]:
     """Cancel these pending approvals; each run's live pages are told once."""
-    cancelled = list(pending.select_related("run", "run__tenant"))
+    cancelled = list(pending.with_run())
     if not cancelled:
         return []
     Approval.objects.filter(pk__in=[a.pk for a in cancelled]).update(

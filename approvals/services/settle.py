@@ -33,7 +33,7 @@ def approval_mirror_targets(approval: Approval) -> list[Approval]:
     query."""
     if approval.mirror_of_id is None and getattr(approval, "mirrored", None) is False:
         return []
-    base = Approval.objects.select_related("run", "run__tenant")
+    base = Approval.objects.with_run()
     root, seen = approval, {approval.pk}
     while root.mirror_of_id and root.mirror_of_id not in seen:
         root = base.get(pk=root.mirror_of_id)

@@ -75,3 +75,21 @@ def test_the_decision_commits_as_soon_as_it_is_written(decide_a, approval):
     assert [s.split(" ")[0] for s in between] == ["INSERT"], between  # the audit entry
     assert '"console_auditevent"' in between[0]
     assert not [s for s in sqls[:update] if s.startswith("SAVEPOINT")]
+
+
+def test_a_decision_never_reads_its_runs_snapshot(decide_a, tenant_a):
+    """A run of a long conversation carries a snapshot of hundreds of KB: a decision reads
+    none of it (nor the run's other JSON it never shows), and no deferred field is loaded
+    later (no second read of the run)."""
+    snapshot = {"messages": [{"role": "user", "content": "x" * 400} for _ in range(300)]}
+    run = RunFactory(tenant=tenant_a, external_id="run_big", snapshot=snapshot)
+    approval = ApprovalFactory(run=run, tool_call_id="call_big", arguments={"to": "a@x"})
+    path = f"/api/v1/approvals/{approval.public_id}/decision"
+    with CaptureQueriesContext(connection) as queries:
+        response = decide_a.post(path, {"decision": "approve"})
+    assert response.status_code == 200, response.content
+    assert response.json()["runId"] == "run_big" and response.json()["runCostMinorUnits"] == 0
+    sqls = [q["sql"] for q in queries.captured_queries]
+    assert not [s for s in sqls if '"runs_run"."snapshot"' in s or '"runs_run"."limits"' in s]
+    reread = [s for s in sqls if 'FROM "runs_run"' in s and 'AS "hooked"' not in s]
+    assert reread == []  # the run's lock (settle.py `_lock_runs`) is its only other read

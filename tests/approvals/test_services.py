@@ -282,7 +282,7 @@ def test_a_decider_read_approval_decides_its_mirrors_without_looking_when_it_has
     from approvals.services import settle
 
     with mock.patch.object(
-        settle.Approval.objects, "select_related", wraps=settle.Approval.objects.select_related
+        settle.Approval.objects, "with_run", wraps=settle.Approval.objects.with_run
     ) as looked:
         approval_decide(approval=read, viewer=viewer, decision="deny", message="no")
     assert looked.called is (which != "plain")
