@@ -79,6 +79,19 @@ def eventually(check, seconds: float = 10.0) -> bool:
     return check()
 
 
+def retried(write, seconds: float = 10.0):
+    """`write()`, tried again while SQLite's shared in-memory test database answers "table is
+    locked" because the sweep thread is writing (as `eventually` does for reads); its result."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return write()
+        except OperationalError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
 def hook(tenant, endpoint: Endpoint):
     webhook, _ = webhooks.webhook_create(tenant=tenant, url=endpoint.url)
     return webhook
@@ -189,13 +202,17 @@ def test_h4_the_sweep_expires_and_sends_mail_and_webhooks_beside_a_hanging_endpo
     sweeper.start()
     try:
         assert drip.received.wait(10)  # the sweep is sending tenant B's delivery
-        approval = ApprovalFactory(
-            run=RunFactory(tenant=tenant_a), expires_at=timezone.now() + timedelta(seconds=1)
+        approval = retried(
+            lambda: ApprovalFactory(
+                run=RunFactory(tenant=tenant_a), expires_at=timezone.now() + timedelta(seconds=1)
+            )
         )
-        mail = OutboundEmail.objects.create(
-            tenant=tenant_a, to="lead@a.example", subject="Budget", text_body="80%"
+        mail = retried(
+            lambda: OutboundEmail.objects.create(
+                tenant=tenant_a, to="lead@a.example", subject="Budget", text_body="80%"
+            )
         )
-        fast = webhooks.webhook_test_send(webhook=hook(tenant_a, healthy))
+        fast = retried(lambda: webhooks.webhook_test_send(webhook=hook(tenant_a, healthy)))
 
         def expired():
             return Approval.objects.get(pk=approval.pk).status == ApprovalStatus.EXPIRED
