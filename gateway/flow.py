@@ -228,6 +228,15 @@ async def call_passing(*, session: McpSession, tool: str, arguments, request_id:
     return await db(records.call_pass)(session=session, **asked)
 
 
+async def call_hold(*, session: McpSession, tool: str, arguments, request_id: str = ""):
+    """A call to hold, recorded (its step and held call, or attached to the same call) after
+    the session's passed calls still queued here: `records.Begun`."""
+    await Recorder.session_first(session.pk)
+    return await db(records.call_begin)(
+        session=session, tool=tool, arguments=arguments, gated=True, request_id=request_id
+    )
+
+
 async def call_tool(
     *,
     session: McpSession,
@@ -246,10 +255,7 @@ async def call_tool(
         )
         if passed is not None:
             return _as_result(await send_passed(call=passed, key=key, arguments=arguments))
-    await Recorder.session_first(session.pk)
-    begun = await db(records.call_begin)(
-        session=session, tool=tool, arguments=arguments, gated=True, request_id=request_id
-    )
+    begun = await call_hold(session=session, tool=tool, arguments=arguments, request_id=request_id)
     call = begun.call
     if begun.claimed:
         approval = call.approval

@@ -145,13 +145,8 @@ async def create(*, caller, protocol_version: str, params, request_id: str) -> d
             )
         )
     else:
-        await flow.Recorder.session_first(session.pk)
-        begun = await flow.db(records.call_begin)(
-            session=session,
-            tool=params.name,
-            arguments=params.arguments,
-            gated=True,
-            request_id=request_id,
+        begun = await flow.call_hold(
+            session=session, tool=params.name, arguments=params.arguments, request_id=request_id
         )
         call = begun.call
         await flow.db(records.call_make_task)(call=call, ttl=ttl)
@@ -162,20 +157,20 @@ async def create(*, caller, protocol_version: str, params, request_id: str) -> d
                 flow.send_passed(call=call, key=caller.key, arguments=arguments, record_first=True)
             )
     call.server = caller.server
-    status = ("working", "on its way to the server")
-    if passed is None and not begun.claimed:
-        status = ("working", status_of(call)[1])
+    waiting = passed is None and not begun.claimed
+    status = ("working", status_of(call)[1] if waiting else "on its way to the server")
     answer = CreateTaskResult.model_validate({"task": task_of(call, status)}).model_dump(
         by_alias=True, mode="json", exclude_none=True
     )
     answer["task"]["ttl"] = call.task_ttl
-    answer["_meta"] = {IMMEDIATE: _immediate(call, status)}
+    reviewing = waiting and status[1].startswith("waiting for a reviewer")  # not a rule's refusal
+    answer["_meta"] = {IMMEDIATE: _immediate(call, reviewing=reviewing)}
     return answer
 
 
-def _immediate(call, status: tuple[str, str]) -> str:
+def _immediate(call, *, reviewing: bool) -> str:
     name = f"`{call.tool}` on `{call.server.name}`"
-    if status[1].startswith("waiting for a reviewer"):
+    if reviewing:
         return (
             f"{name} is waiting for a reviewer (task {call.tool_call_id}); its result comes "
             f"when they decide."
