@@ -86,6 +86,28 @@ def test_postgresql_connections_come_from_a_pool_by_default(load_settings, monke
     assert "pool" not in db["OPTIONS"] and db["CONN_MAX_AGE"] == 60
 
 
+def test_postgresql_statements_are_prepared_by_default(load_settings, monkeypatch):
+    for name in ("DB_PREPARED_STATEMENTS", "DB_PREPARE_THRESHOLD"):
+        monkeypatch.delenv(name, raising=False)
+    url = "postgres://gavel@db.internal/gavel"
+    options = load_settings(SECRET_KEY="s", DATABASE_URL=url).DATABASES["default"]["OPTIONS"]
+    assert options["server_side_binding"] is True and options["prepare_threshold"] == 1
+    options = load_settings(DB_PREPARE_THRESHOLD="5").DATABASES["default"]["OPTIONS"]
+    assert options["prepare_threshold"] == 5
+    # Off (a transaction-mode pooler): Django's own default, client-side binding, no prepare.
+    options = load_settings(DB_PREPARED_STATEMENTS="0").DATABASES["default"]["OPTIONS"]
+    assert "server_side_binding" not in options and "prepare_threshold" not in options
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("DB_PREPARED_STATEMENTS", "maybe"), ("DB_PREPARE_THRESHOLD", "0")]
+)
+def test_a_bad_prepared_statements_setting_names_the_variable(load_settings, name, value):
+    url = "postgres://gavel@db.internal/gavel"
+    with pytest.raises(ImproperlyConfigured, match=name):
+        load_settings(SECRET_KEY="s", DATABASE_URL=url, **{name: value})
+
+
 @pytest.mark.parametrize(
     ("name", "value"), [("DB_POOL", "maybe"), ("DB_POOL_MIN", "0"), ("DB_POOL_MAX", "1")]
 )
