@@ -139,11 +139,12 @@ class ApiKeyQuerySet(models.QuerySet):
         """The live key for a bearer token, or None (revoked, or past its `expires_at`). Keys
         are stored as SHA-256 only."""
         live = models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=timezone.now())
-        return (
-            self.select_related("tenant", "principal")
-            .filter(live, key_hash=_hash_key(raw), revoked_at__isnull=True)
-            .first()
-        )
+        try:  # key_hash is unique: no ORDER BY (`first()`'s) to compile and run
+            return self.select_related("tenant", "principal").get(
+                live, key_hash=_hash_key(raw), revoked_at__isnull=True
+            )
+        except self.model.DoesNotExist:
+            return None
 
 
 def new_key_id() -> str:
