@@ -93,3 +93,21 @@ def test_a_decision_never_reads_its_runs_snapshot(decide_a, tenant_a):
     assert not [s for s in sqls if '"runs_run"."snapshot"' in s or '"runs_run"."limits"' in s]
     reread = [s for s in sqls if 'FROM "runs_run"' in s and 'AS "hooked"' not in s]
     assert reread == []  # the run's lock (settle.py `_lock_runs`) is its only other read
+
+
+def test_the_key_and_the_call_are_read_by_their_unique_ids_unordered(decide_a, approval):
+    """The key (by its hash) and the call (by its id in the tenant) are unique rows: read with
+    no ORDER BY (first()'s ordered the call by requested_at, position, id: compiled and
+    sorted at every decision), and a missing or another tenant's id is still a 404."""
+    path = f"/api/v1/approvals/{approval.public_id}/decision"
+    with CaptureQueriesContext(connection) as queries:
+        response = decide_a.post(path, {"decision": "approve"})
+    assert response.status_code == 200, response.content
+    sqls = [q["sql"] for q in queries.captured_queries]
+    key = [s for s in sqls if s.startswith("SELECT") and 'FROM "console_apikey"' in s]
+    call = [s for s in sqls if s.startswith("SELECT") and 'FROM "approvals_approval"' in s]
+    assert len(key) == 1 and len(call) == 1
+    assert "ORDER BY" not in key[0] and "ORDER BY" not in call[0]
+    missing = decide_a.post("/api/v1/approvals/apr_missing/decision", {"decision": "approve"})
+    assert missing.status_code == 404, missing.content
+    assert "approval_not_found" in missing.content.decode()
