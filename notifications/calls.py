@@ -49,7 +49,8 @@ def _pending(qs) -> list[Approval]:
     call: its own approval is listed, not the mirror)."""
     return list(
         qs.filter(status=ApprovalStatus.PENDING, mirror_of__isnull=True)
-        .select_related("run", "run__tenant", "run__principal")
+        .with_run()
+        .select_related("run__principal")
         .order_by("requested_at", "id")
     )
 

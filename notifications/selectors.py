@@ -131,7 +131,8 @@ def browser_calls(*, viewer, approval_ids) -> list[dict]:
             status=ApprovalStatus.PENDING,
             mirror_of__isnull=True,
         )
-        .select_related("run", "run__tenant", "run__principal")
+        .with_run()
+        .select_related("run__principal")
         .order_by("position", "id")
     )
     calls = []

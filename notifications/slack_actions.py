@@ -139,7 +139,8 @@ def slack_action(*, body: bytes, timestamp: str | None, signature: str | None) -
     if action is None:
         return _refused("not a Gavel button press")
     approval = (
-        Approval.objects.select_related("run", "run__tenant", "run__principal")
+        Approval.objects.with_run()
+        .select_related("run__principal")
         .filter(public_id=str(action.get("value")))
         .first()
     )
@@ -157,7 +158,11 @@ def _ephemeral(text: str) -> SlackAnswer:
 
 def _outcome(approval: Approval, run_for, payload: dict) -> SlackAnswer:
     """The decided message: the answer, and the same body for the press's `response_url`."""
+    # The call as stored now (decided here, or by someone else first); its run as read with
+    # it (a decision changes no run field the message shows: no second read of the run).
+    run = approval.run
     approval.refresh_from_db()
+    approval.run = run
     resource = approval_resource(approval, costs=run_costs(runs=[approval.run]))
     wire = ApprovalOut.model_validate(resource).model_dump(by_alias=True, mode="json")
     body = {"replace_original": True, **approval_message("approval.decided", wire, run_for=run_for)}

@@ -52,7 +52,8 @@ def _due(*, tenant: Tenant, kind: str, now, limit: int) -> list[Approval]:
             expires_at__gt=now,
         )
         .exclude(pk__in=fired)
-        .select_related("run", "run__tenant", "run__principal")
+        .with_run()
+        .select_related("run__principal")
         .order_by("requested_at", "id")[:limit]
     )
 
