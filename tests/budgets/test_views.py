@@ -332,7 +332,11 @@ def test_the_burn_csv_holds_the_tables_rows(tenant_a, lead, budget):
     assert len(lines) == 1 + now.day  # the 1st of the month to today
 
 
-def test_fragments_are_the_pages_own_partials(tenant_a, lead, budget):
+def test_fragments_are_the_pages_own_partials(tenant_a, lead, budget, monkeypatch):
+    # One clock for every render: a card's projection is spent x period / elapsed, so a page
+    # and its fragment rendered a few ms apart could round it differently (CI, 2026-12-07).
+    frozen = timezone.now()
+    monkeypatch.setattr(timezone, "now", lambda: frozen)
     now = today(tenant_a)
     usage(tenant_a, day=now, cost=42)
     page = lead.get("/budgets/").content.decode()
