@@ -391,7 +391,7 @@ def _manage_seed(slug: str, principals: int, entries: int):
                        'User ' || g, 'user' || g || '@bench.example',
                        g %% 50 <> 0, g %% 1000 <> 0,
                        now() - (%s - g) * interval '1 minute', ''
-                FROM generate_series(%s, %s) AS g
+                FROM generate_series(%s::int, %s::int) AS g
                 """,
                 [tenant.pk, principals, have_p + 1, principals],
             )
