@@ -140,12 +140,28 @@ def _browser():
 
 
 def _sign_in(page, base: str, login: str, password: str) -> None:
+    """Signs in and waits for the answer's redirect to commit, not for the landing page's
+    load event: every page of the tour is then loaded (to network idle) by `_check`. A CI
+    run once timed out here waiting for the landing page's load (20 s; never reproduced):
+    a timeout now names the requests still open, so a next one says what hung."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     page.goto(f"{base}/accounts/login/")
     page.get_by_label("Email", exact=True).fill(login)
     page.get_by_label("Password").fill(password)
+    open_requests: dict = {}
+    page.on("request", lambda r: open_requests.__setitem__(id(r), f"{r.method} {r.url}"))
+    page.on("requestfinished", lambda r: open_requests.pop(id(r), None))
+    page.on("requestfailed", lambda r: open_requests.pop(id(r), None))
     page.get_by_role("button", name="Sign in", exact=True).click()
-    page.wait_for_load_state()
-    assert "/accounts/login/" not in page.url, "the sign-in failed"
+    try:
+        page.wait_for_url(lambda url: "/accounts/login/" not in url, wait_until="commit")
+    except PlaywrightTimeout as error:
+        still = sorted(open_requests.values())
+        raise AssertionError(
+            f"the sign-in did not leave {page.url} (a refused password stays there);"
+            f" requests still open: {still}"
+        ) from error
 
 
 def _check(page, url: str, width: int, problems: list, axe_source: str) -> None:
