@@ -11,6 +11,7 @@ from approvals.models import Approval
 from approvals.services.decisions import approval_decide
 from console.models import AuditEvent
 from tests.support.factories import ApprovalFactory, RunFactory
+from tests.support.queries import reading_run_json
 
 pytestmark = pytest.mark.django_db
 
@@ -90,7 +91,7 @@ def test_a_decision_never_reads_its_runs_snapshot(decide_a, tenant_a):
     assert response.status_code == 200, response.content
     assert response.json()["runId"] == "run_big" and response.json()["runCostMinorUnits"] == 0
     sqls = [q["sql"] for q in queries.captured_queries]
-    assert not [s for s in sqls if '"runs_run"."snapshot"' in s or '"runs_run"."limits"' in s]
+    assert reading_run_json(sqls) == []
     reread = [s for s in sqls if 'FROM "runs_run"' in s and 'AS "hooked"' not in s]
     assert reread == []  # the run's lock (settle.py `_lock_runs`) is its only other read
 

@@ -8,6 +8,7 @@ from django.test.utils import CaptureQueriesContext
 
 from tests.notifications.test_call_mail import admit, call, hold, people, send_all  # noqa: F401
 from tests.notifications.test_slack_actions import held, post, press  # noqa: F401
+from tests.support.queries import reading_run_json
 
 pytestmark = pytest.mark.django_db
 
@@ -17,9 +18,7 @@ def unread(queries) -> list[str]:
     sqls = [q["sql"] for q in queries.captured_queries]
     with_calls = [s for s in sqls if 'FROM "approvals_approval"' in s]
     again = [s for s in sqls if s.startswith('SELECT "runs_run"."id"') and 'FROM "runs_run"' in s]
-    return [
-        s for s in with_calls if '"runs_run"."snapshot"' in s or '"runs_run"."limits"' in s
-    ] + again
+    return reading_run_json(with_calls) + again
 
 
 @pytest.mark.usefixtures("people")
