@@ -3,7 +3,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from approvals import views_webhooks
-from console.accounts import passwords, scim, sso
+from console.accounts import passwords, scim_urls, sso
 from console.accounts import views as accounts
 from console.api import api
 from console.web import pages as views
@@ -16,7 +16,7 @@ urlpatterns = [
     path("readyz", ops_views.readyz, name="readyz"),
     path("metrics", ops_views.metrics, name="metrics"),
     path("api/v1/", api.urls),
-    *scim.urlpatterns,  # SCIM 2.0 provisioning (`scim` keys)
+    *scim_urls.urlpatterns,  # SCIM 2.0 provisioning (`scim` keys; loaded at first use)
     path("accounts/login/", accounts.sign_in, name="login"),
     path("accounts/reauth/", accounts.reauth, name="reauth"),
     path("accounts/tenant/", accounts.switch_tenant, name="switch_tenant"),

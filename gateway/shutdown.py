@@ -10,8 +10,11 @@ inside that wait — and `record_answered` after them, bounded by RECORD_SECONDS
 
 from __future__ import annotations
 
-from gateway import flow
 from ops.context import on_shutdown
+
+# gateway.flow (and with it the `mcp` SDK, ~1 s of imports on a slow core) is imported when a
+# hook runs, not when Django starts: manage.py's commands (the worker, the sweep, the demo
+# agent) never serve the gateway, and a server that does has imported it with gateway.asgi.
 
 NAME = "MCP calls answered"
 RECORDED = "MCP results recorded"
@@ -20,6 +23,8 @@ RECORD_SECONDS = 2.0  # at most this long for the last records after the request
 
 def answer_waiting() -> int:
     """Every call this process holds answers now; returns how many were held."""
+    from gateway import flow
+
     held = flow.Waiting.held
     flow.stop_waiting()
     return held
@@ -28,6 +33,8 @@ def answer_waiting() -> int:
 async def record_answered() -> int:
     """The records of results already answered, written now (bounded); returns how many were
     pending."""
+    from gateway import flow
+
     pending = len(flow.Recorder.pending)
     await flow.Recorder.drain(RECORD_SECONDS)
     return pending

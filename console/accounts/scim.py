@@ -17,7 +17,6 @@ import json
 from functools import wraps
 
 from django.http import HttpResponse
-from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import ValidationError as PydanticValidationError
 from scim2_models import Context, ListResponse, PatchOp, ResponseParameters, SearchRequest
@@ -335,20 +334,3 @@ def root_search(request):
 @scim_view
 def unknown(request, rest: str):
     raise NotFoundException(detail=f"no SCIM endpoint '/{rest}'")
-
-
-urlpatterns = [
-    path("scim/v2/ServiceProviderConfig", service_provider_config),
-    path("scim/v2/ResourceTypes", resource_types),
-    path("scim/v2/ResourceTypes/<str:name>", resource_types),
-    path("scim/v2/Schemas", schemas),
-    path("scim/v2/Schemas/<str:urn>", schemas),
-    path("scim/v2/.search", root_search),
-    path("scim/v2/Users", users),
-    path("scim/v2/Users/.search", users_search),
-    path("scim/v2/Users/<str:user_id>", user),
-    path("scim/v2/Groups", groups),
-    path("scim/v2/Groups/.search", groups_search),
-    path("scim/v2/Groups/<str:group_id>", group),
-    path("scim/v2/<path:rest>", unknown),
-]
