@@ -37,7 +37,9 @@ def test_swagger_ui_renders_the_operations_under_the_csp(browser_context, live_s
     docs = page.goto(f"{live_server.url}/api/v1/docs")
     assert docs.status == 200
     assert docs.headers["content-security-policy"] == CSP
-    expect(page.locator(".opblock").first).to_be_visible()
+    # Swagger UI draws once it has fetched and read the whole schema (225 KB): the page's
+    # 15 s, not expect's default 5 s (a CI run under load once took longer than 5 s).
+    expect(page.locator(".opblock").first).to_be_visible(timeout=15_000)
     assert page.locator(".opblock").count() >= 20
     runs = page.locator(".opblock-get", has=page.locator('[data-path="/api/v1/runs"]')).first
     expect(runs).to_be_visible()
