@@ -56,15 +56,21 @@ class Recorder:
     """The results recorded after they are answered: this process's pending records. Passed
     calls' records are written in batches (records.calls_record_passed: one transaction, a
     run's calls in one ingest batch), once no record came for IDLE_SECONDS (the process is
-    between calls: the writing then takes no CPU from a call), at the latest MAX_DELAY_SECONDS
-    after the oldest, or at BATCH of them;
+    between its clients' calls), at the latest MAX_DELAY_SECONDS after the oldest, or at
+    BATCH of them;
     other results (a held call's, its step written before) one by one, once its answer is
     on its way (ANSWER_FIRST_SECONDS). At most
     BACKLOG wait: a new call waits for room (back-pressure, never an unbounded queue)."""
 
     BACKLOG = 256
     BATCH = 200
-    IDLE_SECONDS = 0.02
+    # Long enough that a client calling one tool after another (every 20-40 ms) fills a batch
+    # instead of making one per call: a batch's statements cost the same for 1 call or 40
+    # (tests/gateway/test_gateway_queries.py), ~8-10 ms of this process's CPU on a slow core.
+    # bench/mcp.py, 5 pairs alternated (docs/benchmarks.md, 2026-12-07 morning): CPU per
+    # sequential passed call 21.2 -> 12.7 ms, added p50 18.6 -> 12.8 ms with 0.02 -> 0.25.
+    # A passed call's step shows on its run page at most MAX_DELAY_SECONDS after its answer.
+    IDLE_SECONDS = 0.25
     MAX_DELAY_SECONDS = 1.0
     # A single record starts this long after its result is handed back: its ORM work, in a
     # thread, would take the GIL from the answer's own writing (a held call's upstream result

@@ -204,6 +204,29 @@ def test_a_held_call_has_its_sessions_passed_calls_recorded_first(monkeypatch):
     asyncio.run(scenario())
 
 
+def test_a_client_calling_tools_one_after_another_fills_one_batch(monkeypatch):
+    """flow.Recorder: passed calls answered every 30 ms (a client calling one tool after
+    another) are recorded in one batch once none came for IDLE_SECONDS, not one batch per
+    call: a batch's statements cost the same for 1 call or 40 (test_gateway_queries)."""
+    batches = []
+    monkeypatch.setattr(flow, "db", lambda fn: _in_loop(fn))
+    monkeypatch.setattr(records, "calls_record_passed", lambda *, items: batches.append(len(items)))
+    monkeypatch.setattr(flow.Recorder, "queue", [])
+    monkeypatch.setattr(flow.Recorder, "flusher", None)
+
+    async def scenario() -> None:
+        for n in range(8):
+            call = SimpleNamespace(session_id=1, pk=n)
+            await flow.Recorder.later(records.call_record_passed, call=call, result={}, key=None)
+            await asyncio.sleep(0.03)
+        assert batches == []  # still calling: nothing written yet
+        await flow.Recorder.drain(timeout=5)
+
+    assert flow.Recorder.IDLE_SECONDS > 0.03 * 3  # a pause of a few calls' length
+    asyncio.run(scenario())
+    assert batches == [8]
+
+
 def _task_call(state, approval_status=None, result=None, ttl=None):
     from datetime import UTC, datetime, timedelta
 
