@@ -171,3 +171,42 @@ def test_sync_code_publishes_on_a_servers_loop_only():
 
     async_to_sync(realtime.serving(app))({"type": "http"}, None, None)
     assert seen["server"] is seen["running"]  # the loop the application was called on
+
+
+async def test_a_publish_wakes_this_loops_waiters_without_the_layer(monkeypatch):
+    """A decision published in the process where its long-poll or held MCP call waits wakes
+    that wait at once, not after the layer's round trip; a live page's listener of the same
+    group hears the message from the layer only (once). Here the layer carries nothing."""
+    layer = get_channel_layer()
+    sent = []
+
+    async def group_send(group, message):
+        sent.append(group)  # a layer that never delivers
+
+    monkeypatch.setattr(layer, "group_send", group_send)
+    group, heard = "test.wake.here", []
+    page = Listener("page", heard)
+    fanout = realtime.Fanout.here()
+    await fanout.join(group, page)
+    try:
+        async with realtime.wait_for(group) as woken, realtime.wait_for("test.other") as other:
+            assert not await woken.wait(0.05)  # nothing published yet
+            realtime._send([group], {"type": "test", "n": 1})
+            assert await woken.wait(1.0)
+            assert not await other.wait(0.05)  # a waiter of another group stays asleep
+        await until(lambda: sent == [group])
+        assert heard == []  # not delivered locally to a page's listener
+    finally:
+        await fanout.leave(group, page)
+
+
+async def test_a_woken_waiter_hearing_the_layer_too_is_woken_once_more_harmlessly():
+    """With a layer that delivers (the in-process one here), the waiter is woken by the local
+    wake and again by the layer: each wait after a wake returns at most one extra time."""
+    group = "test.wake.twice"
+    async with realtime.wait_for(group) as woken:
+        realtime._send([group], {"type": "test", "n": 1})
+        assert await woken.wait(1.0)
+        await asyncio.sleep(0.1)  # the layer's copy arrives meanwhile
+        await woken.wait(0.05)  # the layer's copy (if it came after the first wait)
+        assert not await woken.wait(0.05)  # then quiet: nothing else was published
