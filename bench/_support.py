@@ -9,6 +9,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -158,17 +159,20 @@ PROCS: dict[str, subprocess.Popen] = {}  # base URL -> the daphne serving it
 def daphne(env: dict | None = None, app: str = "console.asgi:application"):
     """A real daphne serving `app` (console.asgi) on a free port; yields its base URL."""
     port = free_port()
+    # Its log goes to a file, never to a pipe nobody reads while it serves: a full pipe (64 KB,
+    # ~350 "Not Found" warnings) blocked the server's next log line, and the server with it.
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed when the server stops
     proc = subprocess.Popen(
         [DAPHNE, "-b", "127.0.0.1", "-p", str(port), app],
         cwd=ROOT,
         env=env or server_env(),
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log,
     )
     base = f"http://127.0.0.1:{port}"
     PROCS[base] = proc  # a benchmark may read the server's CPU time (bench/live.py)
     try:
-        _wait_ready(base, proc)
+        _wait_ready(base, proc, log)
         yield base
     finally:
         PROCS.pop(base, None)
@@ -178,14 +182,16 @@ def daphne(env: dict | None = None, app: str = "console.asgi:application"):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log.close()
 
 
-def _wait_ready(base: str, proc: subprocess.Popen) -> None:
+def _wait_ready(base: str, proc: subprocess.Popen, log) -> None:
     wait = float(os.environ.get("BENCH_START_SECONDS", "30"))  # a loaded machine needs more
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"daphne exited: {proc.stderr.read().decode()[-2000:]}")
+            log.seek(0)
+            raise RuntimeError(f"daphne exited: {log.read().decode()[-2000:]}")
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{base}/api/v1/openapi.json", timeout=2).status_code == 200:
                 return
