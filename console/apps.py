@@ -17,6 +17,8 @@ class ConsoleConfig(AppConfig):
         from console.directory import signin  # noqa: F401
         from console.live import realtime  # noqa: F401
 
+        self._key_copies_follow_their_rows()
+
         outbox.register(
             outbox.Sender(
                 name="audit entries sealed",
@@ -32,3 +34,17 @@ class ConsoleConfig(AppConfig):
                 sweep_only=True,
             )
         )
+
+    @staticmethod
+    def _key_copies_follow_their_rows() -> None:
+        """A key, principal or tenant saved or deleted: the processes' copies of the API keys
+        (console/directory/keycopies.py) are stale once it commits."""
+        from django.db.models.signals import post_delete, post_save
+
+        from console.directory import keycopies
+        from console.models import ApiKey, Principal, Tenant
+
+        for model in (ApiKey, Principal, Tenant):
+            name = model.__name__
+            post_save.connect(keycopies.bump, sender=model, dispatch_uid=f"keycopies-{name}")
+            post_delete.connect(keycopies.bump, sender=model, dispatch_uid=f"keycopies-del-{name}")

@@ -352,6 +352,10 @@ GAVEL_MAX_FORM_BODY_BYTES = env_int("GAVEL_MAX_FORM_BODY_BYTES", 1024 * 1024, mi
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(GAVEL_MAX_BODY_BYTES, GAVEL_MAX_FORM_BODY_BYTES)
 GAVEL_DEFAULT_RATE_PER_MINUTE = env_int("GAVEL_DEFAULT_RATE_PER_MINUTE", 6000, minimum=1)
 GAVEL_DEFAULT_RATE_BURST = env_int("GAVEL_DEFAULT_RATE_BURST", 500, minimum=1)
+# With Redis: a process keeps the API keys it authenticated (console/directory/keycopies.py),
+# used while the keys epoch has not moved (any key, principal or tenant change moves it), and
+# for at most this long whatever the epoch says. 0: every request reads its key.
+GAVEL_KEY_COPY_SECONDS = env_int("GAVEL_KEY_COPY_SECONDS", 5, minimum=0)
 # Abuse bounds of one server process (docs/api.md "Limits", docs/realtime.md): open sockets
 # per principal and per session (close 4429); held decision long-polls per tenant (429
 # beyond); how long a connection may take to send its request's headers, and its body.

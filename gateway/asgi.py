@@ -31,6 +31,7 @@ from starlette.requests import Request
 from console.audit.log import audit_refused
 from console.core import ratelimit
 from console.core.errors import Forbidden, GavelError, NotFound, RateLimited
+from console.directory import keycopies
 from console.web.auth import PrincipalKeyAuth
 from gateway import edge, flow, records, tasks, upstream
 from gateway.access import server_for
@@ -349,11 +350,19 @@ def _resolve(header: str, name: str, session_id: str | None, scope):
     one, as the protocol says)."""
     known = edge.key_and_server(header, name)
     if known is not None:
-        key, server = known
-        _take_rate(key)
-    else:
+        key, server, epoch = known
+        wait, now = ratelimit.take_with_epoch(
+            key.pk, per_minute=key.rate_per_minute, burst=key.rate_burst
+        )
+        if _stale(epoch, now):
+            edge.drop_key(header, name)
+            known = None  # read again below (which takes the key's token again: rare)
+        else:
+            _refuse_past_rate(wait)
+    if known is None:
+        epoch = keycopies.epoch_now()  # before the rows: a change committed later moves it
         key, server = _looked_up(header, name, scope)
-        edge.keep_key_and_server(header, name, key, server)
+        edge.keep_key_and_server(header, name, key, server, epoch)
     session = None
     if session_id:
         session = edge.session(
@@ -380,7 +389,7 @@ async def _from_copies(header: str, name: str, session_id: str | None):
     known = edge.key_and_server(header, name)
     if known is None:
         return None
-    key, server = known
+    key, server, epoch = known
     session = None
     if session_id:
         session = edge.session(
@@ -388,14 +397,21 @@ async def _from_copies(header: str, name: str, session_id: str | None):
         )
         if session is None or records.session_idle(session) or records.session_touch_due(session):
             return None
-    _refuse_past_rate(
-        await ratelimit.take_async(key.pk, per_minute=key.rate_per_minute, burst=key.rate_burst)
+    wait, now = await ratelimit.take_async_with_epoch(
+        key.pk, per_minute=key.rate_per_minute, burst=key.rate_burst
     )
+    if _stale(epoch, now):
+        edge.drop_key(header, name)
+        return None  # a key, principal or tenant changed somewhere: `_resolve` reads again
+    _refuse_past_rate(wait)
     return key, server, session
 
 
-def _take_rate(key) -> None:
-    _refuse_past_rate(ratelimit.take(key.pk, per_minute=key.rate_per_minute, burst=key.rate_burst))
+def _stale(epoch: int | None, now: int | None) -> bool:
+    """Is a key copy read at keys epoch `epoch` stale now? A copy read without Redis (None)
+    keeps GAVEL_MCP_CACHE_SECONDS as its only bound; one read with it is stale as soon as the
+    epoch moved, or while no epoch can be read (Redis unreachable: read the key each time)."""
+    return epoch is not None and now != epoch
 
 
 def _refuse_past_rate(wait: float) -> None:

@@ -9,7 +9,10 @@ revoke, a deactivation, a role taken away, a disabled server, a session ended) e
 once (gateway/apps.py's receivers), other processes see it when their copy runs out.
 Refusals are never remembered: a wrong key asks the database every time.
 
-The key's rate limit is taken on every request, remembered or not."""
+The key's rate limit is taken on every request, remembered or not, and with Redis it returns
+the keys epoch (console/directory/keycopies.py): a key copy is used only while the epoch is
+the one read before its rows were, so a key revoked, a principal deactivated or a tenant
+changed on any process answers 401/403 at the key's next request here too."""
 
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ import time
 from django.conf import settings
 
 _lock = threading.Lock()
-_keys: dict[tuple[str, str], tuple[float, object, object]] = {}
+# (header digest, server name) -> (at, key, server, the keys epoch they were read at)
+_keys: dict[tuple[str, str], tuple[float, object, object, int | None]] = {}
 _sessions: dict[tuple[int, int, str], tuple[float, object]] = {}
 _authorities: dict[int, tuple[float, object, object]] = {}  # id(ruleset): (at, ruleset, it)
 MAX_ENTRIES = 10_000  # a process's memory bound: full, it starts again empty
@@ -35,20 +39,26 @@ def _fresh(at: float) -> bool:
 
 
 def key_and_server(header: str, name: str):
-    """(key, server) remembered for this Authorization header and server name, or None."""
+    """(key, server, the keys epoch they were read at: None without Redis) remembered for
+    this Authorization header and server name, or None."""
     entry = _keys.get((_digest(header), name))
     if entry is None or not _fresh(entry[0]):
         return None
-    return entry[1], entry[2]
+    return entry[1], entry[2], entry[3]
 
 
-def keep_key_and_server(header: str, name: str, key, server) -> None:
+def keep_key_and_server(header: str, name: str, key, server, epoch: int | None) -> None:
     if settings.GAVEL_MCP_CACHE_SECONDS <= 0:
         return
     with _lock:
         if len(_keys) >= MAX_ENTRIES:
             _keys.clear()
-        _keys[(_digest(header), name)] = (time.monotonic(), key, server)
+        _keys[(_digest(header), name)] = (time.monotonic(), key, server, epoch)
+
+
+def drop_key(header: str, name: str) -> None:
+    with _lock:
+        _keys.pop((_digest(header), name), None)
 
 
 def session(*, server_id: int, principal_id: int, public_id: str):

@@ -156,7 +156,12 @@ def _no_session_left_on_the_test_database(django_db_setup, django_db_blocker):
 
 @pytest.fixture(autouse=True)
 def _fresh_rate_limits():
+    """Every test starts with full buckets and no kept API key copies (a rolled-back test
+    database hands key ids out again)."""
+    from console.directory import keycopies
+
     ratelimit.reset()
+    keycopies.forget_all()
     yield
 
 

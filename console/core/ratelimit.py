@@ -33,17 +33,21 @@ RETRY_SECONDS = 5.0  # after a Redis failure: local buckets only, for this long
 WARN_EVERY_SECONDS = 60.0  # at most one "Redis unreachable" warning per process per minute
 TIMEOUT_SECONDS = 0.25  # connect and answer: Redis is next to the app, a slow one is down
 
-# KEYS[1]: the key's bucket. ARGV[1]: microseconds per token; ARGV[2]: the burst (tokens).
+# KEYS[1]: the key's bucket; KEYS[2]: the keys epoch (console/directory/keycopies.py, read
+# here so that checking a kept key copy costs no round trip of its own). ARGV[1]: microseconds
+# per token; ARGV[2]: the burst (tokens).
 # The bucket is the time at which it would be full again (its theoretical arrival time, TAT):
 # a request is allowed while TAT + interval - burst * interval <= now, and moves TAT on by one
-# interval. Answers 0 (allowed) or the microseconds until a token is there. Times are the
-# Redis server's clock (TIME), so the processes' clocks need not agree; whole microseconds
-# (about 2^51 today) stay exact in Lua's doubles, and are written with %.0f, not tostring.
+# interval. Answers {0 (allowed) or the microseconds until a token is there, the epoch}.
+# Times are the Redis server's clock (TIME), so the processes' clocks need not agree; whole
+# microseconds (about 2^51 today) stay exact in Lua's doubles, and are written with %.0f, not
+# tostring.
 GCRA = """
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
+local epoch = tonumber(redis.call('GET', KEYS[2]) or 0)
 local tat = tonumber(redis.call('GET', KEYS[1]) or now)
 if tat < now then
   tat = now
@@ -51,11 +55,11 @@ end
 local next_tat = tat + interval
 local allowed_at = next_tat - burst * interval
 if allowed_at > now then
-  return math.ceil(allowed_at - now)
+  return {math.ceil(allowed_at - now), epoch}
 end
 local ttl_ms = math.ceil((next_tat - now) / 1000)
 redis.call('SET', KEYS[1], string.format('%.0f', next_tat), 'PX', ttl_ms)
-return 0
+return {0, epoch}
 """
 
 
@@ -93,6 +97,7 @@ class RedisBuckets:
 
     def __init__(self, url: str, prefix: str):
         self.prefix = f"{prefix}:ratelimit:"
+        self.epoch_key = f"{prefix}:keys:epoch"
         self.url = url
         self.options = {
             "socket_connect_timeout": TIMEOUT_SECONDS,
@@ -105,12 +110,20 @@ class RedisBuckets:
         self.script = self.client.register_script(GCRA)
         self._async_scripts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    def take(self, key_id: int, rate: float, capacity: int) -> float:
+    def take(self, key_id: int, rate: float, capacity: int) -> tuple[float, int]:
+        """(seconds to wait, 0 if allowed; the keys epoch)."""
         interval_us = 1_000_000.0 / rate
-        wait_us = self.script(keys=[f"{self.prefix}{key_id}"], args=[interval_us, capacity])
-        return int(wait_us) / 1_000_000
+        keys = [f"{self.prefix}{key_id}", self.epoch_key]
+        wait_us, epoch = self.script(keys=keys, args=[interval_us, capacity])
+        return int(wait_us) / 1_000_000, int(epoch)
 
-    async def take_async(self, key_id: int, rate: float, capacity: int) -> float:
+    def epoch(self) -> int:
+        return int(self.client.get(self.epoch_key) or 0)
+
+    def bump_epoch(self) -> int:
+        return int(self.client.incr(self.epoch_key))
+
+    async def take_async(self, key_id: int, rate: float, capacity: int) -> tuple[float, int]:
         """`take` from an event loop, on that loop's own async client (no thread hop)."""
         script = self._async_scripts.get(asyncio.get_running_loop())
         if script is None:
@@ -118,8 +131,9 @@ class RedisBuckets:
             client = redis.asyncio.Redis.from_url(self.url, **options)
             script = self._async_scripts[asyncio.get_running_loop()] = client.register_script(GCRA)
         interval_us = 1_000_000.0 / rate
-        wait_us = await script(keys=[f"{self.prefix}{key_id}"], args=[interval_us, capacity])
-        return int(wait_us) / 1_000_000
+        keys = [f"{self.prefix}{key_id}", self.epoch_key]
+        wait_us, epoch = await script(keys=keys, args=[interval_us, capacity])
+        return int(wait_us) / 1_000_000, int(epoch)
 
     def reset(self) -> None:
         keys = list(self.client.scan_iter(match=f"{self.prefix}*", count=1000))
@@ -141,23 +155,59 @@ class Limiter:
 
     def take(self, key_id: int, *, per_minute: int | None, burst: int | None) -> float:
         """Take one token; return 0 if allowed, else the seconds until one is available."""
+        return self.take_with_epoch(key_id, per_minute=per_minute, burst=burst)[0]
+
+    def take_with_epoch(
+        self, key_id: int, *, per_minute: int | None, burst: int | None
+    ) -> tuple[float, int | None]:
+        """`take`, and the keys epoch read in the same round trip (None: no shared epoch now,
+        without Redis or while it is unreachable)."""
         rate, capacity = _rate(per_minute, burst)
         if self._shared_now():
             try:
-                return self._answered(self.shared.take(key_id, rate, capacity))
+                wait, epoch = self.shared.take(key_id, rate, capacity)
+                return self._answered(wait), epoch
             except redis.RedisError as exc:
                 self._unreachable(exc)
-        return self.local.take(key_id, rate, capacity)
+        return self.local.take(key_id, rate, capacity), None
+
+    def epoch(self) -> int | None:
+        """The keys epoch now (None: none shared now)."""
+        if self._shared_now():
+            try:
+                return self._answered(self.shared.epoch())
+            except redis.RedisError as exc:
+                self._unreachable(exc)
+        return None
+
+    def bump_epoch(self) -> bool:
+        """Move the keys epoch on (every process's key copies are stale). False: Redis did not
+        take it (the copies then live out their GAVEL_KEY_COPY_SECONDS)."""
+        if self.shared is None:
+            return False
+        try:
+            self._answered(self.shared.bump_epoch())
+            return True
+        except redis.RedisError as exc:
+            self._unreachable(exc)
+            return False
 
     async def take_async(self, key_id: int, *, per_minute: int | None, burst: int | None) -> float:
         """`take` from an event loop (the MCP gateway's edge): the same buckets, no thread."""
+        return (await self.take_async_with_epoch(key_id, per_minute=per_minute, burst=burst))[0]
+
+    async def take_async_with_epoch(
+        self, key_id: int, *, per_minute: int | None, burst: int | None
+    ) -> tuple[float, int | None]:
+        """`take_with_epoch` from an event loop."""
         rate, capacity = _rate(per_minute, burst)
         if self._shared_now():
             try:
-                return self._answered(await self.shared.take_async(key_id, rate, capacity))
+                wait, epoch = await self.shared.take_async(key_id, rate, capacity)
+                return self._answered(wait), epoch
             except redis.RedisError as exc:
                 self._unreachable(exc)
-        return self.local.take(key_id, rate, capacity)
+        return self.local.take(key_id, rate, capacity), None
 
     def _shared_now(self) -> bool:
         return self.shared is not None and time.monotonic() >= self._down_until
@@ -215,9 +265,23 @@ def take(key_id: int, *, per_minute: int | None, burst: int | None) -> float:
     return limiter().take(key_id, per_minute=per_minute, burst=burst)
 
 
+def take_with_epoch(
+    key_id: int, *, per_minute: int | None, burst: int | None
+) -> tuple[float, int | None]:
+    """`take` and the keys epoch (console/directory/keycopies.py), in one round trip."""
+    return limiter().take_with_epoch(key_id, per_minute=per_minute, burst=burst)
+
+
 async def take_async(key_id: int, *, per_minute: int | None, burst: int | None) -> float:
     """`take` from an event loop."""
     return await limiter().take_async(key_id, per_minute=per_minute, burst=burst)
+
+
+async def take_async_with_epoch(
+    key_id: int, *, per_minute: int | None, burst: int | None
+) -> tuple[float, int | None]:
+    """`take_with_epoch` from an event loop."""
+    return await limiter().take_async_with_epoch(key_id, per_minute=per_minute, burst=burst)
 
 
 def reset() -> None:

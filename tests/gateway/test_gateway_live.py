@@ -447,6 +447,40 @@ async def test_a_session_continues_on_a_second_daphne_and_a_decision_there_wakes
     assert [w for w in console.writes() if tag in w] == [f"write_file /srv/{tag} lb"]
 
 
+@pytest.mark.postgres
+def test_a_key_revoked_on_one_daphne_is_401_at_its_next_request_on_another(console, tmp_path):
+    """Both daphnes keep copies of the keys they authenticate (the edge's and the API's); a
+    revoke committed on A moves the keys epoch in Redis, which B reads with the key's rate
+    limit: B answers 401 at once, not when its copy runs out (GAVEL_MCP_CACHE_SECONDS)."""
+    if not console.env.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):
+        pytest.skip("needs PostgreSQL: set DATABASE_URL=postgres://... (and REDIS_URL)")
+    if not console.env.get("REDIS_URL"):
+        pytest.skip("needs Redis for the keys epoch: set REDIS_URL")
+    with console.api("manage") as api:
+        made = {
+            scope: api.post(
+                "/api/v1/keys",
+                json={"name": f"short-lived {scope}", "scopes": [scope], "principalId": "ann"},
+            ).json()
+            for scope in ("mcp", "decide")
+        }
+    with daphne(console.env, tmp_path / "b.log") as url_b:
+        on_b = mcp_url(console, "files", base=url_b)
+
+        def decide_on_b() -> int:
+            headers = {"Authorization": f"Bearer {made['decide']['secret']}"}
+            return httpx.get(f"{url_b}/api/v1/approvals", headers=headers, timeout=30).status_code
+
+        for _ in range(2):  # B reads both keys, then answers from its copies
+            assert _post(on_b, made["mcp"]["secret"]).status_code == 200
+            assert decide_on_b() == 200
+        with console.api("manage") as api:  # revoked through A
+            for key in made.values():
+                assert api.delete(f"/api/v1/keys/{key['key']['id']}").status_code == 204
+        assert _post(on_b, made["mcp"]["secret"]).status_code == 401
+        assert decide_on_b() == 401
+
+
 @pytest.mark.skipif(shutil.which("npx") is None, reason="needs npx (Node.js) for the npm server")
 async def test_the_reference_server_everything_from_npm_over_stdio(console):
     """A real server from the npm registry (@modelcontextprotocol/server-everything), started

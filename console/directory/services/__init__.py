@@ -8,7 +8,7 @@ from django.db import IntegrityError, transaction
 
 from console.audit.log import audit  # noqa: F401 (the one writer of audit entries)
 from console.core.errors import Conflict, Invalid, NotFound
-from console.directory import logins, signin
+from console.directory import keycopies, logins, signin
 from console.directory.services.passwords import login_password_write
 from console.directory.services.wire import actor_fields, api_key_resource
 from console.models import (
@@ -57,6 +57,7 @@ def tenant_create(
         changed["allow_self_approval"] = True
     if changed:
         Tenant.objects.filter(pk=tenant.pk).update(**changed)
+        keycopies.bump()  # an update() sends no post_save: the key copies hold the tenant
         tenant.refresh_from_db()
     for role_name, spec in DEFAULT_ROLES.items():
         _get_or_create(Role, tenant=tenant, name=role_name, defaults=spec)
