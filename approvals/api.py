@@ -7,7 +7,6 @@ import random
 from collections import Counter
 from typing import Annotated, Any, Literal
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from ninja import Field, Query, Router
 from pydantic import ConfigDict, WithJsonSchema
@@ -74,8 +73,12 @@ def _announce_later(*, run, approval_ids) -> None:
     """The "runtime resumed" hint for reviewers, sent after the answer is on its way."""
     if not approval_ids:
         return
+    # Not thread-sensitive: it runs after its request's end, when the request's own thread
+    # takes no more work (console/core/requestthreads.py); its connection goes back after it.
     task = asyncio.ensure_future(
-        sync_to_async(approvals_announce_delivered)(run=run, approval_ids=approval_ids)
+        released(approvals_announce_delivered, thread_sensitive=False)(
+            run=run, approval_ids=approval_ids
+        )
     )
     _background.add(task)
     task.add_done_callback(_background.discard)

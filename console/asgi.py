@@ -13,7 +13,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from console.core import serving  # noqa: E402
+from console.core import requestthreads, serving  # noqa: E402
 from console.core.bodylimit import BodyLimit  # noqa: E402
 from console.live import frames as wsframes  # noqa: E402
 from console.live import realtime  # noqa: E402
@@ -27,7 +27,8 @@ ops_serving.install()  # under daphne: warm before ready, drain on SIGTERM (ops/
 application = realtime.serving(  # its loops are servers' loops (console/live/realtime.py)
     ProtocolTypeRouter(
         {
-            "http": BodyLimit(mcp_beside(django_asgi_app)),  # /mcp/{name}: gateway/asgi.py
+            # /mcp/{name}: gateway/asgi.py; Django's requests on kept threads (requestthreads.py)
+            "http": BodyLimit(mcp_beside(requestthreads.kept_threads(django_asgi_app))),
             # wsframes.capture: live frames go straight to daphne's transport (console/wsframes.py)
             "websocket": wsframes.capture(
                 ops_serving.sockets(  # counted, and closed with 1012 on SIGTERM
