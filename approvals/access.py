@@ -11,6 +11,7 @@ from approvals.models import Approval, Rule, SavedView, Webhook
 from approvals.rules import CompiledRule, RuleSet, glob_covers
 from budgets.models import OVERRIDE_TOOL, Budget
 from console.core.errors import Forbidden, NotFound
+from console.core.kept import Kept
 from console.directory.access import (
     Viewer,
     _roles,
@@ -18,6 +19,7 @@ from console.directory.access import (
     can,
     capabilities_of,
     held_in_tenant,
+    kept_in_tenant,
     one_in_tenant,
     require_capability,
 )
@@ -203,13 +205,22 @@ def may_decide(viewer: Viewer, approval) -> None:
         raise Forbidden(reason, code="may_not_decide")
 
 
+# A decision's read of its approval, compiled once (console/core/kept.py): with its run and
+# tenant, and `mirrored`: whether deciding it must look for its mirrors (settle.py).
+_FOR_DECIDER = Kept(
+    lambda tenant_id, public_id: (
+        Approval.objects.with_run()
+        .annotate(mirrored=Exists(Approval.objects.filter(mirror_of=OuterRef("pk"))))
+        .filter(tenant_id=tenant_id, public_id=public_id)
+        .order_by()[:2]  # unique in the tenant: nothing to sort
+    )
+)
+
+
 def approval_for_decider(*, viewer: Viewer, approval_id: str):
     """The approval a decider asks for: NotFound outside its tenant, Forbidden if it may not."""
-    approval = one_in_tenant(
-        Approval.objects.with_run()
-        .annotate(
-            mirrored=Exists(Approval.objects.filter(mirror_of=OuterRef("pk")))
-        ),  # `mirrored`: whether deciding it must look for its mirrors (settle.py)
+    approval = kept_in_tenant(
+        _FOR_DECIDER,
         tenant_id=viewer.tenant_id, value=approval_id, noun="approval", code="approval_not_found",
     )  # fmt: skip
     may_decide(viewer, approval)

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from budgets import rules
 from budgets.models import Budget
+from console.core.kept import Kept
 from console.models import Principal
 from runs.models import Step, UsageAdjustment, UsageDailyBy
 
@@ -210,6 +211,16 @@ def budgets_applying(*, run) -> list:
     return narrowest_first(qs.filter(budgets_applying_q(run=run)).select_related(*LIST_RELATED))
 
 
+# The tenant's active budgets, compiled once (console/core/kept.py): beside every decision.
+_ACTIVE_BUDGETS = Kept(
+    lambda tenant_id: (
+        Budget.objects.filter(tenant_id=tenant_id, archived_at__isnull=True)
+        .select_related(*LIST_RELATED)
+        .order_by("pk")
+    )
+)
+
+
 def runs_budgets(*, runs, now=None) -> dict:
     """For each run (of one tenant) the active budgets that apply to it, narrowest first, as
     `{"budget", "current"}`. Three queries whatever the number of runs: the tenant's
@@ -217,11 +228,7 @@ def runs_budgets(*, runs, now=None) -> dict:
     runs = list(runs)
     if not runs:
         return {}
-    budgets = list(
-        Budget.objects.filter(tenant_id=runs[0].tenant_id, archived_at__isnull=True)
-        .select_related(*LIST_RELATED)
-        .order_by("pk")
-    )
+    budgets = _ACTIVE_BUDGETS(runs[0].tenant_id)
     if not budgets:
         return {run.pk: [] for run in runs}
     teams: dict[int, set[int]] = {}

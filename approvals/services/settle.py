@@ -10,15 +10,16 @@ decides as it is asked is born decided (`approvals_insert`): the same fields, cu
 entry, live update and webhook, written with its row.
 """
 
+import functools
+
 from django.db import connections, transaction
-from django.db.models import Count, Exists, Max, OuterRef, Q, Subquery, Value
-from django.db.models.functions import Coalesce
-from django.db.models.sql import UpdateQuery
+from django.db.models import Count, Exists, Max, OuterRef, Q
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus, Webhook
 from approvals.services.webhooks import webhooks_approval_decided
 from console.audit.log import audit_many
+from console.core.kept import Kept
 from console.core.rows import instances_insert
 from console.directory.services import audit
 from console.live import realtime
@@ -50,15 +51,22 @@ def _lock_runs(run_ids) -> set[int]:
     """Lock the runs' rows in primary-key order (no deadlock with ingest, which locks runs).
     Returns the runs' tenants that have an active webhook (read in the same statement: a tenant
     without one costs the decision no webhook query)."""
-    hooked = Exists(Webhook.objects.filter(tenant_id=OuterRef("tenant_id"), is_active=True))
-    rows = (
+    rows = _LOCK_RUNS(*sorted(set(run_ids)))
+    return {tenant_id for tenant_id, has in rows if has}
+
+
+# `_lock_runs`' statement, compiled once per number of runs (console/core/kept.py).
+_LOCK_RUNS = Kept(
+    lambda *run_ids: (
         Run.objects.select_for_update(of=("self",))
-        .filter(pk__in=sorted(set(run_ids)))
+        .filter(pk__in=run_ids)
         .order_by("pk")
-        .annotate(hooked=hooked)
+        .annotate(
+            hooked=Exists(Webhook.objects.filter(tenant_id=OuterRef("tenant_id"), is_active=True))
+        )
         .values_list("tenant_id", "hooked")
     )
-    return {tenant_id for tenant_id, has in rows if has}
+)
 
 
 def _lock_run_once(run) -> set[int]:
@@ -80,36 +88,73 @@ def _lock_run_once(run) -> set[int]:
     return hooked
 
 
-def _next_decision_seq(run_id: int):
-    """The run's next decision cursor, computed by the UPDATE that takes it (under the run's
-    lock, so gap-free): no read of its own before the write."""
-    top = (
-        Approval.objects.filter(run_id=run_id)
-        .order_by()
-        .values("run_id")
-        .annotate(m=Max("decision_seq"))
-        .values("m")
+# The fields a decision writes, in the order of `_decide_sql`'s SET (then its cursor).
+_DECIDED = (
+    "status",
+    "decided_by",
+    "decided_via_key",
+    "decided_by_rule",
+    "decided_at",
+    "message",
+    "decided_arguments",
+)
+
+
+@functools.cache
+def _decide_sql(alias: str, expired: bool) -> str:
+    """The decision's one conditional UPDATE ... RETURNING, made once per database (the ORM
+    compiled it afresh for each decision, ~1 ms of CPU). Its cursor is the run's next
+    `decision_seq`, computed by the UPDATE that takes it (under the run's lock, so gap-free:
+    no read of its own before the write). An expiry settles only a call whose expiry has
+    passed (not one extended meanwhile); a decision never approves past expiry. Identifiers
+    come from the model; every value is a parameter (`_decide_params`)."""
+    meta = Approval._meta
+    quote = connections[alias].ops.quote_name
+    table = quote(meta.db_table)
+
+    def column(name: str) -> str:
+        return quote(meta.get_field(name).column)
+
+    sets = ", ".join(f"{column(name)} = %s" for name in _DECIDED)
+    seq, run = column("decision_seq"), column("run")
+    cursor = f"COALESCE((SELECT MAX(U0.{seq}) FROM {table} U0 WHERE U0.{run} = %s), 0) + 1"  # noqa: S608
+    returning = ", ".join(quote(field.column) for field in meta.concrete_fields)
+    return (
+        f"UPDATE {table} SET {sets}, {seq} = {cursor} "  # noqa: S608
+        f"WHERE {quote(meta.pk.column)} = %s AND {column('status')} = %s "
+        f"AND {column('expires_at')} {'<=' if expired else '>'} %s RETURNING {returning}"
     )
-    return Coalesce(Subquery(top), Value(0)) + 1
 
 
-def _update_returning(approval, pending, fields, *, principal, key, rule) -> bool:
-    """`pending.update(**fields)` as one UPDATE ... RETURNING: when it wins, `approval` holds
-    the row as written (as refresh_from_db would, with no read after the write; its loaded
-    run and the deciders stay loaded). False when no row matched (the call lost)."""
-    query = pending.query.chain(UpdateQuery)
-    query.add_update_values(fields)
-    sql, params = query.get_compiler(pending.db).as_sql()
-    quote = connections[pending.db].ops.quote_name
-    columns = ", ".join(quote(field.column) for field in Approval._meta.concrete_fields)
-    rows = list(Approval.objects.raw(f"{sql} RETURNING {columns}", params))
+def _decide_params(approval, values: dict, now, alias: str) -> list:
+    """`_decide_sql`'s values, each prepared as the ORM prepares it for that field."""
+    meta, connection = Approval._meta, connections[alias]
+    params = []
+    for name in _DECIDED:
+        field, value = meta.get_field(name), values[name]
+        if field.is_relation:
+            field, value = field.target_field, getattr(value, "pk", None)
+        params.append(field.get_db_prep_save(value, connection))
+    expires = meta.get_field("expires_at").get_db_prep_value(now, connection)
+    return [*params, approval.run_id, approval.pk, ApprovalStatus.PENDING.value, expires]
+
+
+def _update_returning(approval, values: dict, *, now, expired: bool) -> bool:
+    """The decision's UPDATE ... RETURNING (`_decide_sql`): when it wins, `approval` holds the
+    row as written (as refresh_from_db would, with no read after the write; its loaded run
+    and the deciders stay loaded). False when no row matched (the call lost)."""
+    alias = "default"
+    sql = _decide_sql(alias, expired)
+    rows = list(Approval.objects.raw(sql, _decide_params(approval, values, now, alias)))
     if len(rows) != 1:
         return False
     (row,) = rows
     for field in Approval._meta.concrete_fields:  # a changed key drops its loaded object
         setattr(approval, field.attname, getattr(row, field.attname))
     # The deciders as written, loaded (the answer names them: no query for them).
-    approval.decided_by, approval.decided_via_key, approval.decided_by_rule = principal, key, rule
+    approval.decided_by = values["decided_by"]
+    approval.decided_via_key = values["decided_via_key"]
+    approval.decided_by_rule = values["decided_by_rule"]
     return True
 
 
@@ -204,7 +249,7 @@ def _settle_one(
     approval, *, status, message, arguments, principal, key, rule, now, action, via, hooked
 ) -> bool:
     """The conditional UPDATE and its audit row. True when this call won."""
-    fields = {
+    values = {
         "status": status,
         "decided_by": principal,
         "decided_via_key": key,
@@ -212,14 +257,9 @@ def _settle_one(
         "decided_at": now,
         "message": message,
         "decided_arguments": arguments,
-        "decision_seq": _next_decision_seq(approval.run_id),
     }
-    pending = Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING)
-    if status == ApprovalStatus.EXPIRED:
-        pending = pending.filter(expires_at__lte=now)  # not one extended meanwhile
-    else:
-        pending = pending.filter(expires_at__gt=now)  # never approve past expiry
-    if not _update_returning(approval, pending, fields, principal=principal, key=key, rule=rule):
+    expired = status == ApprovalStatus.EXPIRED
+    if not _update_returning(approval, values, now=now, expired=expired):
         return False
     # Published first: on commit, the waiting runtime's wake goes out before the audit chain
     # is sealed (on_commit callbacks run in the order they were registered).
