@@ -356,6 +356,13 @@ GAVEL_DEFAULT_RATE_BURST = env_int("GAVEL_DEFAULT_RATE_BURST", 500, minimum=1)
 # used while the keys epoch has not moved (any key, principal or tenant change moves it), and
 # for at most this long whatever the epoch says. 0: every request reads its key.
 GAVEL_KEY_COPY_SECONDS = env_int("GAVEL_KEY_COPY_SECONDS", 5, minimum=0)
+# Statements run straight from a server's event loop on PostgreSQL (console/core/adb.py: the
+# long-poll's looks, the MCP gateway's passed calls and claims). Off: through the ORM's pool.
+# Per loop and kind (reads and hints; durable writes): at most _MAX connections at once,
+# _IDLE kept for good, the others while used in the last 30 s.
+GAVEL_ASYNC_READS = env_bool("GAVEL_ASYNC_READS", True)
+GAVEL_ASYNC_READS_IDLE = env_int("GAVEL_ASYNC_READS_IDLE", 4, minimum=0)
+GAVEL_ASYNC_READS_MAX = env_int("GAVEL_ASYNC_READS_MAX", 8, minimum=1)
 # Abuse bounds of one server process (docs/api.md "Limits", docs/realtime.md): open sockets
 # per principal and per session (close 4429); held decision long-polls per tenant (429
 # beyond); how long a connection may take to send its request's headers, and its body.
