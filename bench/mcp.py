@@ -6,10 +6,12 @@ HTTP; the client is the official `mcp` ClientSession over Streamable HTTP):
     upstream, sequential calls: the added latency p50. Target <= 5 ms.
 (b) the same, BENCH_MCP_CONCURRENCY clients at once: calls per second through the gateway over
     straight to the upstream. Target >= 0.8x.
-(c) a held call: the decision POST sent -> the client's `tools/call` result returned, p50.
-    Target <= 25 ms. Baseline: one ungated call through the gateway (what the forward alone
-    costs). Beside it, the decision POST returned -> the result (the gateway's own part: the
-    wake-up, the claim, the forward; ~0 when the result is there before the POST's answer).
+(c) a held call: the decision POST sent -> the client's `tools/call` result returned, p50,
+    the decision made on the server where the call waits. Target <= 25 ms. Baseline: one
+    ungated call through the gateway (what the forward alone costs). Beside it, the decision
+    POST returned -> the result (the gateway's own part: the wake-up, the claim, the forward;
+    ~0 when the result is there before the POST's answer), and the same held calls decided on
+    a second daphne (servers one per core, as deployed; the wake crosses Redis).
 """
 
 from __future__ import annotations
@@ -141,13 +143,18 @@ async def throughput(
     return per * workers / elapsed
 
 
-async def held(base: str, key: str, decide_key: str, trials: int) -> tuple[list, list]:
-    """(decision POST sent -> result, decision POST returned -> result) per trial."""
+async def held(
+    base: str, key: str, decide_key: str, trials: int, decide_base: str | None = None
+) -> tuple[list, list]:
+    """(decision POST sent -> result, decision POST returned -> result) per trial. The calls
+    wait on `base`; the decisions are made on `decide_base` (default: the same server)."""
     times, after_post = [], []
     async with (
         client(f"{base}/mcp/bench", key) as session,
         httpx.AsyncClient(
-            base_url=base, headers={"Authorization": f"Bearer {decide_key}"}, timeout=30
+            base_url=decide_base or base,
+            headers={"Authorization": f"Bearer {decide_key}"},
+            timeout=30,
         ) as api,
     ):
         for _ in range(trials):
@@ -215,6 +222,10 @@ def main() -> None:
             )
             gateway_rate = asyncio.run(throughput(gateway, key, CALLS, CONCURRENCY, gateway_cpus))
             decided, after_post = asyncio.run(held(base, key, decide_key, HELD))
+            # The same, the decision made on a second server (one per core, as deployed behind
+            # a balancer): its CPU on the other core, the wake through Redis.
+            with support.daphne(env) as other:
+                crossed, _ = asyncio.run(held(base, key, decide_key, HELD, decide_base=other))
         # The floor: the same hop through a bare forwarder in daphne (bench/_bare_forwarder.py)
         bare_env = {**env, "BENCH_BARE_UPSTREAM": upstream_url}
         with support.daphne(bare_env, app="bench._bare_forwarder:application") as bare:
@@ -289,6 +300,15 @@ def main() -> None:
         ratio=h50 / g50 if g50 else None,
         target="<= 25 ms",
         met=h50 <= 25,
+    )
+    c50 = pct(crossed, 0.5) * 1000
+    support.record(
+        "mcp",
+        "held call, the decision made on a second daphne (2 servers, the wake through Redis): "
+        "decision POST sent -> client's result p50",
+        f"{c50:.1f} ms (p90 {pct(crossed, 0.9) * 1000:.1f} ms)",
+        baseline=f"the decision on the call's own server {h50:.1f} ms",
+        ratio=c50 / h50 if h50 else None,
     )
     support.record(
         "mcp",

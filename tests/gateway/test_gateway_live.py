@@ -315,8 +315,9 @@ def _rpc(url: str, key: str, body: dict, session_id: str | None = None, accept=N
 
 def test_a_passed_call_is_answered_at_the_edge_and_anything_else_by_the_sdk(console):
     """gateway/asgi.py `_passed_call`: a rule-passed `tools/call` on a session is answered
-    as JSON without the SDK's per-request server; a call to hold, a header the transport
-    refuses, or a malformed call are the SDK's, exactly as before."""
+    as JSON without the SDK's per-request server, shaped for the session's protocol version
+    as the SDK shapes it; a call to hold, a header the transport refuses, or a malformed call
+    are the SDK's, exactly as before."""
     add_server(console, "files-edge", holdSeconds=1)
     with console.api("rules") as api:
         rule = api.post(
@@ -346,6 +347,7 @@ def test_a_passed_call_is_answered_at_the_edge_and_anything_else_by_the_sdk(cons
     assert answer["jsonrpc"] == "2.0" and answer["id"] == "a-1"
     assert answer["result"]["content"] == [{"type": "text", "text": tag}]
     assert answer["result"]["isError"] is False
+    assert "resultType" not in answer["result"]  # 2025-06-18's surface, as the SDK shapes it
     # a call to hold: the SDK's stream, the bounded hold's "call again"
     held = call("write_file", {"path": f"/srv/{tag}", "content": "x"}, request_id=2)
     assert held.status_code == 200 and held.headers["content-type"].startswith("text/event-stream")
