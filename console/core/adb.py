@@ -28,7 +28,7 @@ _pools: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop ->
 
 def usable() -> bool:
     """Is the async path usable from here, now?"""
-    if not getattr(settings, "GAVEL_ASYNC_READS", True):
+    if not settings.GAVEL_ASYNC_READS:
         return False
     if connections["default"].vendor != "postgresql":
         return False
@@ -121,8 +121,8 @@ def _connections(durable: bool) -> _Connections:
     held = kinds.get(durable)
     if held is None:
         held = kinds[durable] = _Connections(
-            getattr(settings, "GAVEL_ASYNC_READS_IDLE", 4),
-            getattr(settings, "GAVEL_ASYNC_READS_MAX", 8),
+            settings.GAVEL_ASYNC_READS_IDLE,
+            settings.GAVEL_ASYNC_READS_MAX,
             durable,
             wait=_pool_timeout(),
         )

@@ -188,12 +188,18 @@ _DIRECTORY = {
 }
 
 
+def _missing(noun: str, value, code: str) -> NotFound:
+    """The 404 of a path parameter this tenant holds no object for (a missing one and another
+    tenant's read the same)."""
+    return NotFound(f"no {noun} '{value}'", code=code)
+
+
 def held_in_tenant(qs, *, tenant_id: int, value: str, noun: str, code: str,
                    field: str = "public_id") -> None:  # fmt: skip
     """NotFound unless this tenant holds an object of `qs` with `field=value` (the API's 404
     check of a path parameter)."""
     if not qs.filter(tenant_id=tenant_id, **{field: value}).exists():
-        raise NotFound(f"no {noun} '{value}'", code=code)
+        raise _missing(noun, value, code)
 
 
 def one_in_tenant(qs, *, tenant_id: int, value: str, noun: str, code: str,
@@ -204,7 +210,7 @@ def one_in_tenant(qs, *, tenant_id: int, value: str, noun: str, code: str,
     try:  # `field` is unique in a tenant: no ORDER BY (`first()`'s) to compile and run
         return qs.get(tenant_id=tenant_id, **{field: value})
     except qs.model.DoesNotExist:
-        raise NotFound(f"no {noun} '{value}'", code=code) from None
+        raise _missing(noun, value, code) from None
 
 
 def kept_in_tenant(kept: Kept, *, tenant_id: int, value: str, noun: str, code: str):
@@ -212,7 +218,7 @@ def kept_in_tenant(kept: Kept, *, tenant_id: int, value: str, noun: str, code: s
     `Kept(lambda tenant_id, value: <queryset of at most one object>)`."""
     found = kept(tenant_id, value) if isinstance(value, str) else []
     if len(found) != 1:
-        raise NotFound(f"no {noun} '{value}'", code=code)
+        raise _missing(noun, value, code)
     return found[0]
 
 
