@@ -6,6 +6,7 @@ lets an approval go upstream at most once, and the call's result."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -427,23 +428,36 @@ async def call_pass_known(
 
 
 def _insert_sql(call: McpCall, *, rules_version: int | None) -> tuple[str, list]:
-    """The McpCall's INSERT ... RETURNING id, values prepared as the ORM prepares them; with
-    `rules_version`, written only while the tenant's rules version is that one."""
+    """The McpCall's INSERT ... RETURNING id (`_insert_text`), values prepared as the ORM
+    prepares them; with `rules_version`, written only while the tenant's rules version is
+    that one."""
     conn = connections["default"]
-    quote = conn.ops.quote_name
-    fields = [f for f in McpCall._meta.concrete_fields if not f.primary_key]
-    params = [f.get_db_prep_save(f.pre_save(call, True), conn) for f in fields]
+    params = [f.get_db_prep_save(f.pre_save(call, True), conn) for f in _inserted_fields()]
+    if rules_version is not None:
+        params += [call.tenant_id, rules_version]
+    return _insert_text("default", rules_version is not None), params
+
+
+@functools.cache
+def _inserted_fields() -> tuple:
+    return tuple(f for f in McpCall._meta.concrete_fields if not f.primary_key)
+
+
+@functools.cache
+def _insert_text(alias: str, versioned: bool) -> str:
+    """`_insert_sql`'s text, made once per database and kind (it was built again for each
+    passed call). Identifiers come from the models; every value is a parameter."""
+    quote = connections[alias].ops.quote_name
+    fields = _inserted_fields()
     columns = ", ".join(quote(f.column) for f in fields)
     marks = ", ".join(["%s"] * len(fields))
     sql = f"INSERT INTO {quote(McpCall._meta.db_table)} ({columns}) SELECT {marks}"  # noqa: S608
-    if rules_version is not None:
+    if versioned:
         meta = RuleVersion._meta
         table, tenant = quote(meta.db_table), quote(meta.pk.column)
         version = quote(meta.get_field("version").column)
-        # Identifiers come from the models; every value is a parameter.
         sql += f" WHERE EXISTS (SELECT 1 FROM {table} WHERE {tenant} = %s AND {version} = %s)"  # noqa: S608
-        params += [call.tenant_id, rules_version]
-    return sql + f" RETURNING {quote(McpCall._meta.pk.column)}", params
+    return sql + f" RETURNING {quote(McpCall._meta.pk.column)}"
 
 
 def call_record_passed(*, call: McpCall, result: dict | None, key) -> bool:

@@ -139,6 +139,23 @@ def test_bodies_within_the_limit_still_reach_the_application(server):
     conn.close()
 
 
+def test_a_body_reaches_the_application_unparsed_by_the_server(server):
+    """Twisted would parse a POST's multipart body into `request.args` (which daphne never
+    reads) and answer a malformed one 400 itself; the body is the application's to read."""
+    conn = _connect(server)
+    body = b"not a multipart body"
+    head = (
+        f"POST /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: multipart/form-data; boundary=x\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    conn.sendall(head.encode() + body)
+    status, _, answer = _status_and_body(_response(conn, 10))
+    assert status == 401, answer  # the application's answer: the key is looked at first
+    assert json.loads(answer)["error"]["code"] == "unauthorized"
+    conn.close()
+
+
 @pytest.mark.parametrize("kept_alive", [False, True])
 def test_l4_a_connection_that_never_finishes_its_headers_is_closed_within_the_bound(
     server, kept_alive
