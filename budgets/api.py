@@ -15,7 +15,7 @@ from budgets import selectors, services
 from budgets.check import budget_check
 from console.core.csvsafe import csv_text
 from console.core.errors import Invalid
-from console.core.wire import errors, strict_json, unstorable_text
+from console.core.wire import errors, own_transaction, strict_json, unstorable_text
 from console.web.auth import CapableSession, PrincipalKeyAuth, ingest_auth
 from runs import access as runs_access
 
@@ -176,6 +176,10 @@ def _validated(body: dict) -> s.BudgetCheckIn:
         }
     },
 )
+# Reads only, or (over an `ask` budget) budgets.check._ask's one transaction, which writes the
+# override's request; nothing is read after it commits. No BEGIN / COMMIT round trips around
+# the common answer.
+@own_transaction
 def budgets_check(request):
     tenant_id = request.auth.tenant_id
     body = _check_body(request)

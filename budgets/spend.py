@@ -18,7 +18,7 @@ from budgets import rules
 from budgets.models import Budget
 from console.core.kept import Kept
 from console.models import Principal
-from runs.models import Step, UsageAdjustment, UsageDailyBy
+from runs.models import Run, Step, UsageAdjustment, UsageDailyBy
 
 SCOPE_ORDER = {"run": -1, "agent": 0, "principal": 1, "team": 2, "tenant": 3}  # narrowest first
 LIST_RELATED = ("team", "principal", "agent", "tenant")
@@ -206,9 +206,24 @@ def budgets_applying_q(*, run) -> Q:
 
 
 def budgets_applying(*, run) -> list:
-    """The active budgets that apply to the run, narrowest first."""
-    qs = Budget.objects.filter(tenant_id=run.tenant_id, archived_at__isnull=True)
-    return narrowest_first(qs.filter(budgets_applying_q(run=run)).select_related(*LIST_RELATED))
+    """The active budgets that apply to the run, narrowest first (the read compiled once: a
+    runtime's budget check before each step)."""
+    if run.principal_id:
+        found = _APPLYING_TO_PRINCIPAL(run.tenant_id, run.agent_id, run.principal_id)
+    else:
+        found = _APPLYING(run.tenant_id, run.agent_id)
+    return narrowest_first(found)
+
+
+def _applying(tenant_id, agent_id, principal_id=None):
+    run = Run(tenant_id=tenant_id, agent_id=agent_id, principal_id=principal_id)
+    qs = Budget.objects.filter(tenant_id=tenant_id, archived_at__isnull=True)
+    return qs.filter(budgets_applying_q(run=run)).select_related(*LIST_RELATED)
+
+
+# console/core/kept.py: a run with a principal and one without are two shapes.
+_APPLYING = Kept(lambda tenant_id, agent_id: _applying(tenant_id, agent_id))
+_APPLYING_TO_PRINCIPAL = Kept(_applying)
 
 
 # The tenant's active budgets, compiled once (console/core/kept.py): beside every decision.

@@ -3,6 +3,7 @@
 from django.db import models
 from django.utils import timezone
 
+from console.core.kept import Kept
 from console.models import Principal, Tenant
 
 
@@ -247,8 +248,20 @@ class RunTrace(models.Model):
 
 def run_verdicts(run: Run) -> dict:
     """turn -> {verdict, guard, reason}: the verdict each turn holds, turns in the order first
-    recorded (one query)."""
-    return runs_verdicts([run.pk]).get(run.pk, {})
+    recorded (one query, compiled once: console/core/kept.py)."""
+    return {
+        turn: {"verdict": verdict, "guard": guard, "reason": reason}
+        for turn, verdict, guard, reason in _RUN_VERDICTS(run.pk)
+    }
+
+
+_RUN_VERDICTS = Kept(
+    lambda run_pk: (
+        TurnVerdict.objects.filter(run_id=run_pk)
+        .order_by("id")
+        .values_list("turn", "verdict", "guard", "reason")
+    )
+)
 
 
 def runs_verdicts(run_pks) -> dict[int, dict]:

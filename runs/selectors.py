@@ -13,10 +13,11 @@ from approvals.schemas import approval_resource
 from approvals.services.expiry import approvals_expire_due
 from budgets.spend import run_costs
 from console.core import paging
+from console.core.kept import Kept
 from runs import access as runs_access
 from runs.models import Run, run_verdicts, runs_verdicts
 
-RUN_RELATED = ("agent", "principal", "conversation")
+RUN_RELATED = runs_access.RUN_RELATED
 
 
 def run_resource(
@@ -67,8 +68,12 @@ def _pending_of(run_pks: list[int]) -> dict[int, list[Approval]]:
     now = timezone.now()
     by_run: dict[int, list[Approval]] = defaultdict(list)
     due: list[int] = []
-    qs = Approval.objects.filter(run_id__in=run_pks, status=ApprovalStatus.PENDING)
-    for approval in qs.select_related("decided_by").order_by("position", "id"):
+    if len(run_pks) == 1:  # a run's own resource: the read compiled once
+        found = _PENDING_OF_RUN(run_pks[0])
+    else:
+        qs = Approval.objects.filter(run_id__in=run_pks, status=ApprovalStatus.PENDING)
+        found = qs.select_related("decided_by").order_by("position", "id")
+    for approval in found:
         if approval.expires_at <= now:
             due.append(approval.pk)
         else:
@@ -78,10 +83,17 @@ def _pending_of(run_pks: list[int]) -> dict[int, list[Approval]]:
     return by_run
 
 
+_PENDING_OF_RUN = Kept(
+    lambda run_pk: (
+        Approval.objects.filter(run_id=run_pk, status=ApprovalStatus.PENDING)
+        .select_related("decided_by")
+        .order_by("position", "id")
+    )
+)
+
+
 def run_get(*, viewer, run_id: str) -> dict:
-    run = runs_access.run_for(viewer=viewer, run_id=run_id)
-    run = Run.objects.select_related(*RUN_RELATED).defer("snapshot").get(pk=run.pk)
-    return run_resource(run=run)
+    return run_resource(run=runs_access.run_shown(viewer=viewer, run_id=run_id))
 
 
 # --- the list: newest first, keyset pagination on (started_at, id) ---
