@@ -452,6 +452,7 @@ class Fanout:
         self.groups: dict[str, _Group] = {}
         self.watch: _Watch | None = None
         self.changing = asyncio.Lock()
+        self.anchor: str | None = None
 
     @property
     def layer_up(self) -> bool:
@@ -514,6 +515,8 @@ class Fanout:
             return True
         if self.watch is None and _watched(layer):
             self.watch = _Watch(self, layer)
+        if self.anchor is None and _watched(layer):
+            await self._anchor(layer)
         held = self.groups.get(group)
         if held is None:
             held = self.groups[group] = _Group(group)
@@ -525,6 +528,19 @@ class Fanout:
             log.warning("channel layer subscribe to %s failed", group, exc_info=True)
             return False
         return self.layer_up
+
+    async def _anchor(self, layer) -> None:
+        """One channel of this loop that stays subscribed for the loop's life (nothing is ever
+        sent to it). channels_redis's pub/sub receiver sleeps 100 ms whenever its connection
+        is subscribed to nothing, and a group subscribed during that sleep hears nothing
+        before it ends: a process whose one listener (a runtime's long-poll, a held MCP call)
+        had just left heard the next one's wake up to 100 ms late (bench/decisions.py,
+        docs/benchmarks.md "2026-12-07, evening"). With this one always there, the receiver
+        always waits on its socket."""
+        try:
+            self.anchor = await layer.new_channel(prefix="anchor.")
+        except Exception:  # the layer is down: the next join tries again
+            log.warning("channel layer anchor subscription failed", exc_info=True)
 
     async def leave(self, group: str, listener) -> None:
         held = self.groups.get(group)

@@ -210,3 +210,38 @@ async def test_a_woken_waiter_hearing_the_layer_too_is_woken_once_more_harmlessl
         await asyncio.sleep(0.1)  # the layer's copy arrives meanwhile
         await woken.wait(0.05)  # the layer's copy (if it came after the first wait)
         assert not await woken.wait(0.05)  # then quiet: nothing else was published
+
+
+class Heard:
+    def __init__(self):
+        self.event = asyncio.Event()
+
+    async def deliver(self, message):
+        self.event.set()
+
+
+async def _wake_after_a_quiet_moment(fanout, layer) -> float:
+    """Seconds from a publish to its listener, for a group joined right after the process's
+    last listener left (a runtime's next long-poll after its last one answered)."""
+    loop = asyncio.get_running_loop()
+    first = Heard()
+    await fanout.join("quiet.first", first)
+    await asyncio.sleep(0.15)  # past the receiver's start (its first look may find nothing)
+    await fanout.leave("quiet.first", first)  # this process listens to nothing now
+    await asyncio.sleep(0.02)
+    second = Heard()
+    await fanout.join("quiet.second", second)
+    started = loop.time()
+    await layer.group_send("quiet.second", {"type": "probe", "n": 1})
+    await asyncio.wait_for(second.event.wait(), 5)
+    return loop.time() - started
+
+
+async def test_a_group_joined_right_after_the_last_listener_left_hears_at_once():
+    """channels_redis's receiver sleeps 100 ms once its connection is subscribed to nothing;
+    the loop's anchor channel (Fanout._anchor) keeps it subscribed, so this wake is not
+    held until that sleep ends (it was: ~80 ms)."""
+    layer = get_channel_layer()
+    if not realtime._watched(layer):
+        pytest.skip("the idle sleep is channels_redis's pub/sub receiver's (REDIS_URL unset)")
+    assert await _wake_after_a_quiet_moment(realtime.Fanout(), layer) < 0.05
