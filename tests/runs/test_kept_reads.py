@@ -1,7 +1,6 @@
-"""A runtime's hot reads compiled once (console/core/kept.py): the run resource and the
-budgets that apply to a run answer exactly what the ORM answers, never another tenant's rows,
-in fewer statements where a read was doubled; a run read by its wire id (plain and locked)
-beside them stays the ORM's."""
+"""A runtime's hot reads compiled once (console/core/kept.py): the run resource, a run read
+by its wire id (plain and locked) and the budgets that apply to a run answer exactly what the
+ORM answers, never another tenant's rows, in fewer statements where a read was doubled."""
 
 from unittest import mock
 
