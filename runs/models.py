@@ -249,19 +249,19 @@ class RunTrace(models.Model):
 def run_verdicts(run: Run) -> dict:
     """turn -> {verdict, guard, reason}: the verdict each turn holds, turns in the order first
     recorded (one query, compiled once: console/core/kept.py)."""
-    return {
-        turn: {"verdict": verdict, "guard": guard, "reason": reason}
-        for turn, verdict, guard, reason in _RUN_VERDICTS(run.pk)
-    }
+    return {turn: _verdict(*rest) for turn, *rest in _RUN_VERDICTS(run.pk)}
 
 
+_VERDICT_COLUMNS = ("turn", "verdict", "guard", "reason")
 _RUN_VERDICTS = Kept(
     lambda run_pk: (
-        TurnVerdict.objects.filter(run_id=run_pk)
-        .order_by("id")
-        .values_list("turn", "verdict", "guard", "reason")
+        TurnVerdict.objects.filter(run_id=run_pk).order_by("id").values_list(*_VERDICT_COLUMNS)
     )
 )
+
+
+def _verdict(verdict, guard, reason) -> dict:
+    return {"verdict": verdict, "guard": guard, "reason": reason}
 
 
 def runs_verdicts(run_pks) -> dict[int, dict]:
@@ -269,10 +269,8 @@ def runs_verdicts(run_pks) -> dict[int, dict]:
     are left out)."""
     found: dict[int, dict] = {}
     rows = TurnVerdict.objects.filter(run_id__in=list(run_pks)).order_by("run_id", "id")
-    for run_id, turn, verdict, guard, reason in rows.values_list(
-        "run_id", "turn", "verdict", "guard", "reason"
-    ):
-        found.setdefault(run_id, {})[turn] = {"verdict": verdict, "guard": guard, "reason": reason}
+    for run_id, turn, *rest in rows.values_list("run_id", *_VERDICT_COLUMNS):
+        found.setdefault(run_id, {})[turn] = _verdict(*rest)
     return found
 
 

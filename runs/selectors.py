@@ -68,11 +68,9 @@ def _pending_of(run_pks: list[int]) -> dict[int, list[Approval]]:
     now = timezone.now()
     by_run: dict[int, list[Approval]] = defaultdict(list)
     due: list[int] = []
-    if len(run_pks) == 1:  # a run's own resource: the read compiled once
-        found = _PENDING_OF_RUN(run_pks[0])
-    else:
-        qs = Approval.objects.filter(run_id__in=run_pks, status=ApprovalStatus.PENDING)
-        found = qs.select_related("decided_by").order_by("position", "id")
+    # A run's own resource: the read compiled once.
+    one = len(run_pks) == 1
+    found = _PENDING_OF_RUN(run_pks[0]) if one else _pending(run_id__in=run_pks)
     for approval in found:
         if approval.expires_at <= now:
             due.append(approval.pk)
@@ -83,13 +81,12 @@ def _pending_of(run_pks: list[int]) -> dict[int, list[Approval]]:
     return by_run
 
 
-_PENDING_OF_RUN = Kept(
-    lambda run_pk: (
-        Approval.objects.filter(run_id=run_pk, status=ApprovalStatus.PENDING)
-        .select_related("decided_by")
-        .order_by("position", "id")
-    )
-)
+def _pending(**runs):
+    qs = Approval.objects.filter(**runs, status=ApprovalStatus.PENDING)
+    return qs.select_related("decided_by").order_by("position", "id")
+
+
+_PENDING_OF_RUN = Kept(lambda run_pk: _pending(run_id=run_pk))
 
 
 def run_get(*, viewer, run_id: str) -> dict:
