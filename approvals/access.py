@@ -9,7 +9,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from approvals.models import Approval, Rule, SavedView, Webhook
 from approvals.rules import CompiledRule, RuleSet, glob_covers
-from budgets.models import OVERRIDE_TOOL, Budget
+from budgets.models import OVERRIDE_TOOL, Budget, BudgetOverride
 from console.core.errors import Forbidden, NotFound
 from console.core.kept import Kept
 from console.directory.access import (
@@ -18,6 +18,7 @@ from console.directory.access import (
     acting_principal,
     can,
     capabilities_of,
+    decides_every_tool,
     held_in_tenant,
     kept_in_tenant,
     one_in_tenant,
@@ -93,20 +94,31 @@ def decidable(viewer: Viewer, approvals) -> list:
     return chosen
 
 
-def decidable_q(viewer: Viewer, tool_names) -> Q:
+def decidable_q(viewer: Viewer, tool_names=None) -> Q:
     """`decidable` as a filter on approvals of the viewer's tenant (SQL, for counting and
     paging thousands of calls): the same three questions, the roles' one asked once per tool
-    name of `tool_names` (the distinct names among the calls being filtered). Pending-ness and
-    mirrors are the caller's."""
+    name of `tool_names` (the distinct names among the calls being filtered). `tool_names`
+    None: the names are not known, which only a viewer who `decides_every_tool` may leave
+    them (its roles' answer is yes for every name but an override's). Pending-ness and mirrors
+    are the caller's."""
     nothing = Q(pk__in=[])
     if isinstance(viewer, ApiKey) and not viewer.has_scope("decide"):
         return nothing
     principal = acting_principal(viewer)
     if principal is None or not principal.is_active:
         return nothing
-    tool_names = set(tool_names)
-    tools = [t for t in tool_names if t != OVERRIDE_TOOL and _tool_refusal(principal, t) is None]
-    calls = Q(tool_name__in=tools)
+    if tool_names is None:
+        if not decides_every_tool(principal):
+            raise ValueError("the tool names are needed for a viewer who decides some tools")
+        calls = ~Q(tool_name=OVERRIDE_TOOL)
+        tool_names = {OVERRIDE_TOOL}  # may be among them: ask the overrides' question too
+    else:
+        tool_names = set(tool_names)
+        calls = Q(
+            tool_name__in=[
+                t for t in tool_names if t != OVERRIDE_TOOL and _tool_refusal(principal, t) is None
+            ]
+        )
     # The principal's own runs, as a NOT IN of their ids (few, through run_principal_newest):
     # the same answer as `~Q(run__principal_id=...)`, without joining every counted call to
     # its run (the desk's count at 10,000 calls: 8.5 -> 3.0 ms).
@@ -118,12 +130,14 @@ def decidable_q(viewer: Viewer, tool_names) -> Q:
     if not viewer.tenant.allow_self_approval:  # _self_refusal
         calls &= own
     if OVERRIDE_TOOL not in tool_names:
-        return calls  # no over-budget request among them: no join to their budgets
+        return calls  # no over-budget request among them: nothing asks their budgets
     # _override_refusal: the budget's leads, else manage_budgets holders; never the run's own.
-    leads = Budget.leads.through.objects.filter(budget_id=OuterRef("budget_override__budget_id"))
+    # A subquery per override call, not a join: the other calls counted never meet the table.
+    leads = Budget.leads.through.objects.filter(budget_id=OuterRef("budget_id"))
     named = Exists(leads.filter(principal_id=principal.pk))
     led_by = named | ~Exists(leads) if can(principal, "manage_budgets") else named
-    overrides = Q(tool_name=OVERRIDE_TOOL, budget_override__isnull=False) & led_by & own
+    led = Exists(BudgetOverride.objects.filter(led_by, approval_id=OuterRef("pk")))
+    overrides = Q(tool_name=OVERRIDE_TOOL) & led & own
     return calls | overrides
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from approvals import access as approvals_access
 from approvals import live, live_desk, selectors_desk
-from approvals.nav import NavCountMixin, nav_audience, nav_count_html
+from approvals.nav import NavCountMixin, nav_audience
 from console.live import realtime
 from console.web.sockets import (
     LiveConsumer,
@@ -57,6 +57,6 @@ class InboxConsumer(BellMixin, CallsMixin, NavCountMixin, LiveConsumer):
 
     def _render(self, ids, change):
         """The nav count and the cards, in one trip to the database thread."""
-        render = live_desk.requested_html if change == "requested" else live_desk.changed_html
-        rows = render(viewer=self.viewer, approval_ids=ids, filters=self.filters)
-        return nav_count_html(self.viewer) + rows
+        return live_desk.desk_html(
+            viewer=self.viewer, approval_ids=ids, change=change, filters=self.filters
+        )

@@ -10,8 +10,10 @@ from console.directory import access
 from console.web.sockets import oob
 
 
-def nav_count_html(viewer) -> str:
-    return oob("base.html#nav-pending-count", nav_pending_count_context(viewer=viewer))
+def nav_count_html(viewer, count: int | None = None) -> str:
+    """The navigation's pending count; `count`: the same number, when the caller has read it."""
+    context = {"nav_pending_count": count} if count is not None else None
+    return oob("base.html#nav-pending-count", context or nav_pending_count_context(viewer=viewer))
 
 
 def nav_audience(viewer) -> str:

@@ -130,9 +130,12 @@ def _open(*, viewer) -> QuerySet:
     )
 
 
-def open_tools(*, viewer) -> list[str]:
+def open_tools(*, viewer) -> list[str] | None:
     """The distinct tool names of the tenant's open pending calls (one DISTINCT): what
-    `decidable_pending` asks the roles about. A page reads it once and hands it on."""
+    `decidable_pending` asks the roles about. A page reads it once and hands it on. None, with
+    nothing read, for a viewer whose roles decide every tool: there is nothing to ask."""
+    if access.decides_every_tool(viewer):
+        return None
     return list(_open(viewer=viewer).order_by().values_list("tool_name", flat=True).distinct())
 
 
@@ -143,10 +146,10 @@ def decidable_pending(
     them), filtered. `tools`: the tool names among the open pending calls when the caller
     has read them already (`open_tools`; any superset of the filtered calls' tools gives the
     same answer), else one DISTINCT reads them. Forbidden for a viewer who may not see
-    approvals."""
+    approvals. A viewer whose roles decide every tool needs no tool names (nothing is read)."""
     now = timezone.now()
     qs = _filtered(_open(viewer=viewer), viewer=viewer, filters=filters or {}, now=now)
-    if tools is None:
+    if tools is None and not access.decides_every_tool(viewer):
         tools = list(qs.order_by().values_list("tool_name", flat=True).distinct())
     return qs.filter(approvals_access.decidable_q(viewer, tools))
 
@@ -297,15 +300,19 @@ def desk_rows(
     return rows
 
 
-def desk_row_for(*, viewer, approval_ids, filters: dict | None = None) -> list[dict]:
-    """Rows of these calls that this viewer's list (with these filters) holds: live arrivals."""
+def desk_arrivals(*, viewer, approval_ids, filters: dict | None = None) -> tuple[list, dict]:
+    """Live arrivals: the rows of these calls that this viewer's list (with these filters)
+    holds, and then the list's count (`desk_list_count`'s, with `at`: when its read began, in
+    microseconds), from one build of the list's query."""
     try:
         qs, decides = _listed(viewer=viewer, filters=filters)
     except Forbidden:
-        return []
-    qs = qs.filter(public_id__in=list(approval_ids)).order_by("requested_at", "id")
+        return [], {"count": 0, "decides": False, "at": time.time_ns() // 1000}
+    arrived = qs.filter(public_id__in=list(approval_ids)).order_by("requested_at", "id")
     # No tenant handed on: a socket keeps its viewer (and its tenant) for hours; rows read it.
-    return desk_rows(card_rows(qs), viewer=viewer, decides=decides)
+    rows = desk_rows(card_rows(arrived), viewer=viewer, decides=decides)
+    at = time.time_ns() // 1000
+    return rows, {"count": qs.count(), "decides": decides, "at": at}
 
 
 def desk_choices(

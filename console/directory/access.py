@@ -145,6 +145,27 @@ def can(viewer: Viewer, capability: str, tool_name: str | None = None) -> bool:
     return True
 
 
+def decides_every_tool(viewer: Viewer) -> bool:
+    """Does `can(viewer, "decide", name)` hold for every tool name? An admin, or a role that
+    may decide and whose globs include one of stars only (`*` matches every name). Lets a
+    count of decidable calls skip asking the roles tool by tool."""
+    if isinstance(viewer, ApiKey):
+        return bool(viewer.has_scope("decide") and viewer.principal) and decides_every_tool(
+            viewer.principal
+        )
+    if not viewer.is_active:
+        return False
+    caps = capabilities_of(viewer)
+    if "decide" not in caps:
+        return False
+    return "admin" in caps or any(
+        glob and not glob.strip("*")
+        for role in _roles(viewer)
+        if "decide" in role.capabilities
+        for glob in role.decide_tools
+    )
+
+
 def tenant_of(viewer: Viewer):
     return viewer.tenant
 

@@ -118,6 +118,61 @@ def test_decidable_pending_is_exactly_what_each_persona_may_decide(
     assert selectors_desk.desk_count(viewer=viewer_a) == 0
 
 
+def test_a_viewer_whose_roles_decide_every_tool_is_counted_without_reading_its_tools(
+    mix, tenant_a, reviewer_a, lead_a, admin_a
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from console.directory.access import decides_every_tool
+
+    assert decides_every_tool(reviewer_a) and decides_every_tool(admin_a)  # "*", admin
+    assert not decides_every_tool(mix["erin"])  # send_* only
+    for viewer in (reviewer_a, lead_a, admin_a):
+        every = decides_every_tool(viewer)
+        with CaptureQueriesContext(connection) as seen:
+            count = selectors_desk.desk_count(viewer=viewer)
+        distinct = [q for q in seen.captured_queries if "DISTINCT" in q["sql"]]
+        assert bool(distinct) != every, viewer.external_id
+        assert count == len(_by_python(viewer, tenant_a))
+        # The override branch asks the budget's leads per override call, never by a join.
+        assert all("JOIN" not in q["sql"] for q in seen.captured_queries if "COUNT" in q["sql"])
+    with CaptureQueriesContext(connection) as seen:
+        erin = selectors_desk.desk_count(viewer=mix["erin"])
+    assert erin == len(_by_python(mix["erin"], tenant_a))
+    assert any("DISTINCT" in q["sql"] for q in seen.captured_queries)
+    with pytest.raises(ValueError):  # an unknown set of tools is not "every tool" for erin
+        access.decidable_q(mix["erin"], None)
+
+
+def test_decides_every_tool_needs_a_deciding_role_with_a_star_glob(tenant_a, reviewer_a):
+    from console.directory.access import decides_every_tool
+    from console.directory.services import api_key_create
+
+    globs = Role.objects.create(
+        tenant=tenant_a, name="globs", capabilities=["view_runs", "decide"], decide_tools=["**"]
+    )
+    looker = Role.objects.create(
+        tenant=tenant_a, name="looker", capabilities=["view_runs"], decide_tools=["*"]
+    )
+    p = PrincipalFactory(tenant=tenant_a, external_id="globs@a.example")
+    p.roles.set([looker])  # "*" on a role that may not decide decides nothing
+    assert not decides_every_tool(p)
+    p = PrincipalFactory(tenant=tenant_a, external_id="stars@a.example")
+    p.roles.set([globs])
+    assert decides_every_tool(p)
+    p.is_active = False
+    assert not decides_every_tool(p)
+    decide_key, _ = api_key_create(
+        tenant=tenant_a, name="d", scopes=["decide"], principal=reviewer_a
+    )
+    assert decides_every_tool(decide_key)
+    ingest_key, _ = api_key_create(
+        tenant=tenant_a, name="i", scopes=["ingest"], principal=reviewer_a
+    )
+    assert not decides_every_tool(ingest_key)
+
+
 def test_the_desk_lists_what_the_viewer_may_decide_and_says_so(client, mix, lead_a):
     client.force_login(lead_a.user)
     html = client.get("/approvals/").content.decode()
@@ -334,6 +389,40 @@ def test_live_rows_arrive_for_those_who_may_decide_them_and_leave_when_decided(
     assert f'hx-swap-oob="delete:#desk-row-{call.public_id}"' in gone
     assert f'id="approval-{call.public_id}"' in gone and "Approved" in gone  # the pane's card
     assert "0 to decide" in gone
+
+
+def test_an_inbox_push_counts_once_when_the_nav_and_the_heading_count_the_same_calls(
+    mix, tenant_a, reviewer_a, viewer_a
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from approvals import live_desk
+
+    call = mix["calls"][0]
+    count = selectors_desk.desk_count(viewer=reviewer_a)
+
+    def push(viewer, filters):
+        with CaptureQueriesContext(connection) as seen:
+            html = live_desk.desk_html(
+                viewer=viewer, approval_ids=[call.public_id], change="requested", filters=filters
+            )
+        return html, sum("COUNT(" in q["sql"] for q in seen.captured_queries)
+
+    html, counts = push(reviewer_a, {})
+    assert counts == 1
+    assert f'title="pending calls">{count}<' in html
+    assert f"{count} to decide" in html and f'id="desk-row-{call.public_id}"' in html
+    html, counts = push(reviewer_a, {"tool": call.tool_name})  # the heading counts fewer
+    assert counts == 2 and f'title="pending calls">{count}<' in html
+    filtered = selectors_desk.desk_list_count(viewer=reviewer_a, filters={"tool": call.tool_name})
+    assert f"{filtered['count']} to decide" in html and filtered["count"] < count
+    # A viewer who decides nothing: the heading counts every pending call (read-only), the
+    # navigation counts none.
+    html, counts = push(viewer_a, {})
+    assert counts == 2
+    assert 'title="pending calls">0<' in html and "to decide" not in html
+    assert selectors_desk.desk_count(viewer=viewer_a) == 0
 
 
 # ---- the first page's cost ------------------------------------------------------------------
