@@ -150,6 +150,70 @@ def test_a_sync_publish_sends_every_group_in_one_hop_concurrently(monkeypatch):
     assert took < 0.12  # concurrent: about one send's time, not three
 
 
+async def _in_a_servers_thread(view):
+    """Run `view` in a sync thread of a server's loop (as a view under daphne runs)."""
+    from asgiref.sync import sync_to_async
+
+    result = {}
+
+    async def app(scope, receive, send):
+        result["value"] = await sync_to_async(view)()
+
+    await realtime.serving(app)({"type": "http"}, None, None)
+    return result["value"]
+
+
+async def test_a_servers_thread_hands_its_messages_over_and_they_go_out_in_order(monkeypatch):
+    """A view's thread under daphne does not wait for the layer: its messages are handed to
+    the loop and published there one after another, in the order they were handed over."""
+    layer = get_channel_layer()
+    release, sent = asyncio.Event(), []
+
+    async def group_send(group, message):
+        await release.wait()  # a layer that answers only when the test says so
+        sent.append((group, message["n"]))
+
+    monkeypatch.setattr(layer, "group_send", group_send)
+
+    def view():
+        for n in (1, 2, 3):
+            realtime._send(["g.a", "g.b"], {"type": "test", "n": n})
+        return list(sent)
+
+    assert await _in_a_servers_thread(view) == []  # the thread went on before any send
+    release.set()
+    await until(lambda: len(sent) == 6)
+    assert [n for g, n in sent if g == "g.a"] == [1, 2, 3]
+    assert [n for g, n in sent if g == "g.b"] == [1, 2, 3]
+
+
+async def test_a_full_outbox_drops_new_messages_and_says_so(monkeypatch, caplog):
+    """A layer that stopped answering cannot make a process hold every message forever: past
+    OUTBOX_LIMIT waiting, a new one is dropped and logged (a hint: pages re-read later)."""
+    layer = get_channel_layer()
+    release, sent = asyncio.Event(), []
+
+    async def group_send(group, message):
+        await release.wait()
+        sent.append(message["n"])
+
+    monkeypatch.setattr(layer, "group_send", group_send)
+    monkeypatch.setattr(realtime, "OUTBOX_LIMIT", 1)
+
+    def view():
+        for n in range(5):
+            realtime._send(["g.full"], {"type": "test", "n": n})
+
+    await _in_a_servers_thread(view)
+    await asyncio.sleep(0.05)
+    release.set()
+    await asyncio.sleep(0.1)
+    dropped = [r for r in caplog.records if "outbox full" in r.getMessage()]
+    assert 1 <= len(sent) <= 2  # the one sending when the others came, and the one waiting
+    assert len(dropped) == 5 - len(sent)
+    assert sent == sorted(sent)
+
+
 def test_sync_code_publishes_on_a_servers_loop_only():
     """A sync view's thread under daphne publishes on daphne's loop; the short-lived loop that
     async_to_sync makes for an async view under WSGI is never used (it may stop between the
