@@ -148,9 +148,14 @@ def rewrite(doc: str, runs: dict, machine_facts: dict) -> str:
 
 
 def run(names: list[str]) -> tuple[dict, list[str]]:
+    from bench import _support  # after main() set BENCH_QUICK
+
     runs, failed = {}, []
     for name in modules(names):
         print(f"== bench.{name}", flush=True)
+        took = _support.analyze()  # what the previous benchmark wrote, counted
+        if took is not None:
+            print(f"(ANALYZE of the benchmark database: {took:.1f} s)", flush=True)
         started, load = time.monotonic(), os.getloadavg()[0]
         at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
         with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as results:
