@@ -12,8 +12,9 @@ from console.web.sockets import oob
 
 def nav_count_html(viewer, count: int | None = None) -> str:
     """The navigation's pending count; `count`: the same number, when the caller has read it."""
-    context = {"nav_pending_count": count} if count is not None else None
-    return oob("base.html#nav-pending-count", context or nav_pending_count_context(viewer=viewer))
+    if count is None:
+        return oob("base.html#nav-pending-count", nav_pending_count_context(viewer=viewer))
+    return oob("base.html#nav-pending-count", {"nav_pending_count": count})
 
 
 def nav_audience(viewer) -> str:

@@ -149,18 +149,12 @@ def decides_every_tool(viewer: Viewer) -> bool:
     """Does `can(viewer, "decide", name)` hold for every tool name? An admin, or a role that
     may decide and whose globs include one of stars only (`*` matches every name). Lets a
     count of decidable calls skip asking the roles tool by tool."""
-    if isinstance(viewer, ApiKey):
-        return bool(viewer.has_scope("decide") and viewer.principal) and decides_every_tool(
-            viewer.principal
-        )
-    if not viewer.is_active:
+    principal = acting_principal(viewer)
+    if principal is None or not can(viewer, "decide"):
         return False
-    caps = capabilities_of(viewer)
-    if "decide" not in caps:
-        return False
-    return "admin" in caps or any(
+    return "admin" in capabilities_of(principal) or any(
         glob and not glob.strip("*")
-        for role in _roles(viewer)
+        for role in _roles(principal)
         if "decide" in role.capabilities
         for glob in role.decide_tools
     )
