@@ -1,6 +1,9 @@
 """Playwright helpers for the browser tests (tests/browser/conftest.py holds their fixtures):
 Debian's chromium, screenshots, signing in, demo data."""
 
+import sys
+import threading
+import traceback
 from datetime import timedelta
 from pathlib import Path
 
@@ -29,6 +32,41 @@ LIVE_PILL = """(hidden) => {
   const pill = document.getElementById('live-status');
   if (pill) pill.style.visibility = hidden ? 'hidden' : '';
 }"""
+
+
+class OpenRequests:
+    """The requests a page has sent and not yet seen finish or fail, for a timeout's message:
+    a navigation that never reached its load event names what it still waited for."""
+
+    def __init__(self, page):
+        self.open: dict[int, str] = {}
+        page.on("request", lambda r: self.open.__setitem__(id(r), f"{r.method} {r.url}"))
+        page.on("requestfinished", lambda r: self.open.pop(id(r), None))
+        page.on("requestfailed", lambda r: self.open.pop(id(r), None))
+
+    def __str__(self) -> str:
+        return ", ".join(sorted(self.open.values())) or "none"
+
+
+def server_threads() -> str:
+    """Where every other thread of this process is now: pytest-django's live server answers
+    in threads of the test's own process, so a request that hangs there shows its stack."""
+    frames = sys._current_frames()
+    lines = []
+    for thread in threading.enumerate():
+        frame = frames.get(thread.ident)
+        if thread is threading.current_thread() or frame is None:
+            continue
+        stack = "".join(traceback.format_stack(frame)[-12:])
+        lines.append(f"--- thread {thread.name}\n{stack}")
+    return "\n".join(lines)
+
+
+def navigation_hung(page, url: str, requests: OpenRequests) -> AssertionError:
+    return AssertionError(
+        f"{url} did not load (still at {page.url}); requests still open: {requests};"
+        f" the live server's threads:\n{server_threads()}"
+    )
 
 
 def screenshot(page, path: Path, *, full_page: bool = True) -> Path:
