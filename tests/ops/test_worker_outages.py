@@ -1,7 +1,8 @@
 """Two workers (`manage.py worker`, real processes) on the test's PostgreSQL database, with a
 Redis server and an SMTP server of the test's own (never the shared Redis): while calls wait
 for their reminder, escalation and expiry and mail waits to be sent, every worker database
-connection is terminated (pg_terminate_backend, three times), Redis is stopped and the SMTP
+connection is terminated (pg_terminate_backend, three times, and each one caught in the middle
+of a pass in between, so the outage certainly meets a pass), Redis is stopped and the SMTP
 server is down for a few seconds. The workers outlive all of it, and afterwards every
 reminder, escalation and expiry happened exactly once and every mail was sent, with at most
 one duplicate in all (the documented at-least-once window: docs/operations.md). SIGTERM then
@@ -66,15 +67,15 @@ class Smtp:
             self.controller = None
 
 
-def _terminate_worker_connections() -> int:
-    """pg_terminate_backend on every backend of the workers (named by PGAPPNAME)."""
-    db = connection.settings_dict
-    with psycopg.connect(_database_url().rsplit("/", 1)[0] + "/postgres", autocommit=True) as c:
-        rows = c.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = %s AND application_name = %s",
-            [db["NAME"], APP_NAME],
-        ).fetchall()
+def _terminate_worker_connections(admin, *, busy_only: bool = False) -> int:
+    """pg_terminate_backend on every backend of the workers (named by PGAPPNAME), or only on
+    those in the middle of a pass (a query running, or a transaction open): that pass fails."""
+    busy = " AND state IN ('active', 'idle in transaction')" if busy_only else ""
+    rows = admin.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"  # noqa: S608 - no input
+        f" WHERE datname = %s AND application_name = %s{busy}",
+        [connection.settings_dict["NAME"], APP_NAME],
+    ).fetchall()
     return len(rows)
 
 
@@ -146,10 +147,18 @@ def test_workers_outlive_database_redis_and_smtp_outages_and_do_each_thing_once(
         # The outages, while the work is due.
         smtp.stop()
         redis.stop()
+        # Every worker connection three times, a second apart; in between, any caught in the
+        # middle of a pass (a pass that only met the idle pool's dead connections would
+        # replace them unnoticed: one CI run's outage fell between two passes).
         terminated = 0
-        for _ in range(3):
-            terminated += _terminate_worker_connections()
-            time.sleep(1.0)
+        admin_url = _database_url().rsplit("/", 1)[0] + "/postgres"
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            for _ in range(3):
+                terminated += _terminate_worker_connections(admin)
+                until = time.monotonic() + 1.0
+                while time.monotonic() < until:
+                    terminated += _terminate_worker_connections(admin, busy_only=True)
+                    time.sleep(0.01)
         redis.start()
         smtp.start()
         assert terminated >= 2, "the workers held no connection to terminate"
