@@ -23,7 +23,6 @@ from tests.support.browser import (
     demo_runs,
     navigation_hung,
     screenshot,
-    server_threads,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -158,9 +157,8 @@ def _sign_in(page, base: str, login: str, password: str, requests: OpenRequests)
     try:
         page.wait_for_url(lambda url: "/accounts/login/" not in url, wait_until="commit")
     except PlaywrightTimeout as error:
-        raise AssertionError(
-            f"the sign-in did not leave {page.url} (a refused password stays there);"
-            f" requests still open: {requests}; the live server's threads:\n{server_threads()}"
+        raise navigation_hung(
+            f"the sign-in did not leave {page.url} (a refused password stays there)", requests
         ) from error
 
 
@@ -174,7 +172,7 @@ def _check(
         page.goto(url)
         page.wait_for_load_state("networkidle")
     except PlaywrightTimeout as error:
-        raise navigation_hung(page, url, requests) from error
+        raise navigation_hung(f"{url} did not load (still at {page.url})", requests) from error
     scroll, inner = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     if scroll > inner:
         problems.append(f"{url} at {width}px: scrollWidth {scroll} > innerWidth {inner}")

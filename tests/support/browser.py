@@ -62,10 +62,11 @@ def server_threads() -> str:
     return "\n".join(lines)
 
 
-def navigation_hung(page, url: str, requests: OpenRequests) -> AssertionError:
+def navigation_hung(what: str, requests: OpenRequests) -> AssertionError:
+    """A timed-out navigation's failure: `what` did not happen, what the page still waited
+    for, and where the live server's threads were."""
     return AssertionError(
-        f"{url} did not load (still at {page.url}); requests still open: {requests};"
-        f" the live server's threads:\n{server_threads()}"
+        f"{what}; requests still open: {requests}; the live server's threads:\n{server_threads()}"
     )
 
 
