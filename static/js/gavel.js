@@ -25,10 +25,10 @@ document.addEventListener("keydown", function (event) {
   toggle.focus();
 });
 
-// A region that scrolls sideways is reachable from the keyboard (WCAG 2.1.1): it takes focus
-// while its content is wider than it is.
+// A region that scrolls is reachable from the keyboard (WCAG 2.1.1): it takes focus while its
+// content is wider or taller than it is (a table wider than a phone, a long JSON <pre>).
 function gavelScrollersFocusable(root) {
-  (root || document).querySelectorAll(".table-wrap, .table-scroll, .table-container, .panel-box > .table, .box > .table").forEach(function (box) {
+  (root || document).querySelectorAll(".table-wrap, .table-scroll, .table-container, .panel-box > .table, .box > .table, pre").forEach(function (box) {
     var scrolls = box.scrollWidth > box.clientWidth + 1 || box.scrollHeight > box.clientHeight + 1;
     if (scrolls && !box.hasAttribute("tabindex")) {
       box.setAttribute("tabindex", "0");
@@ -45,3 +45,21 @@ document.addEventListener("DOMContentLoaded", function () { gavelScrollersFocusa
 window.addEventListener("resize", function () { gavelScrollersFocusable(); });
 document.addEventListener("htmx:afterSettle", function (event) { gavelScrollersFocusable(event.target); });
 document.addEventListener("toggle", function (event) { gavelScrollersFocusable(event.target); }, true);
+
+// The /manage/ tabs scroll sideways on a phone: the current one is brought into view.
+document.addEventListener("DOMContentLoaded", function () {
+  var current = document.querySelector(".manage-tabs [aria-current='page']");
+  var strip = current && current.closest(".manage-tabs");
+  if (strip && strip.scrollWidth > strip.clientWidth) {
+    var offset = current.getBoundingClientRect().left - strip.getBoundingClientRect().left;
+    strip.scrollLeft += offset - (strip.clientWidth - current.offsetWidth) / 2;
+  }
+});
+
+// A form answered with refused fields: the first of them takes focus (and so comes into view,
+// however far down a phone's page the form is), unless something asked for focus already.
+document.addEventListener("DOMContentLoaded", function () {
+  if (document.querySelector("[autofocus]")) return;
+  var refused = document.querySelector("form [aria-invalid='true']");
+  if (refused) refused.focus();
+});
