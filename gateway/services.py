@@ -28,22 +28,28 @@ def _invalid(path: str, message: str) -> Invalid:
 
 
 def check_url(url: str) -> None:
-    """https:// (http:// only with GAVEL_MCP_ALLOW_HTTP), no user info, no internal address
-    (console/core/outbound.py's policy; loopback only with the development flag)."""
+    """No user info, no internal address (console/core/outbound.py's policy; loopback only
+    with the development flag), then https:// (http:// only with GAVEL_MCP_ALLOW_HTTP): an
+    address that is refused whatever the scheme is named first."""
     try:
         parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port that is not a number is a ValueError here
     except ValueError:
         raise _invalid("body.url", "the URL is not a URL") from None
-    allowed = ("https", "http") if settings.GAVEL_MCP_ALLOW_HTTP else ("https",)
-    if parts.scheme not in allowed or not parts.hostname:
-        raise _invalid(
-            "body.url", "the URL must be https://… (http:// only with GAVEL_MCP_ALLOW_HTTP=1)"
-        )
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise _invalid("body.url", "the URL must be an https:// address of the server")
     refusal = outbound.url_refusal(
         url, allow_loopback=outbound.loopback_allowed(settings.GAVEL_MCP_ALLOW_HTTP)
     )
     if refusal:
         raise _invalid("body.url", f"the URL {refusal}")
+    if parts.scheme == "http" and not settings.GAVEL_MCP_ALLOW_HTTP:
+        raise _invalid(
+            "body.url",
+            "the URL must be https://: calls and the server's headers would cross the network "
+            "unencrypted (the operator allows http:// for development with "
+            "GAVEL_MCP_ALLOW_HTTP=1)",
+        )
 
 
 def check_headers(headers: dict) -> None:

@@ -1,108 +1,157 @@
-"""/manage/mcp/: a tenant's upstream MCP servers (admin): list, add, "list tools now" (each tool
-with the rules and the roles that cover its held-call name), disable and enable. Forms only
-translate: the add form's fields are the management API's body, validated by its own schema
-(gateway.schemas.McpServerIn) and saved by the service the API calls."""
+"""/manage/mcp/: a tenant's upstream MCP servers (admin). The index lists them and adds one (a
+POST); each server's page (`/manage/mcp/<name>/`) changes it, asks it for its tools now (each tool
+with the rules and the roles that cover its held-call name), disables, enables or removes it.
+Forms only translate: their fields are the management API's body, validated by its own
+schemas (gateway/forms.py) and saved by the services the API calls. Every action is a POST
+that answers with a redirect (a reload sends nothing again); a GET of an action's address
+goes to the page it acts on. Adding, changing and removing a server ask for the password
+again when the last one is old (like a webhook's creation: a server gets the tenant's calls and
+its secret headers)."""
 
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
 from asgiref.sync import async_to_sync
-from django.http import Http404
+from django.contrib import messages
 from django.shortcuts import redirect
-from django.urls import path
-from django.views.decorators.http import require_POST
-from pydantic import ValidationError
+from django.urls import path, reverse
 
 from approvals.models import Rule
 from console.core.errors import Conflict, Invalid
 from console.models import Role
 from console.web.admin_pages import admin_view, manage_page
+from console.web.reauth import require_recent_auth
 from gateway import services, upstream
+from gateway.access import server_for
 from gateway.asgi import PREFIX
+from gateway.forms import McpServerEditForm, McpServerForm
 from gateway.models import McpServer
-from gateway.schemas import McpServerIn
 
-TEMPLATE = "manage/mcp.html"
-
-
-def _servers(tenant):
-    return list(McpServer.objects.filter(tenant=tenant).order_by("name"))
+INDEX = "manage/mcp.html"
+SERVER = "manage/mcp_server.html"
 
 
-def _page(request, *, status=200, **extra):
-    tenant = request.viewer.tenant
+def _context(request) -> dict:
     # The address clients connect to, as this request reached the console (its scheme and
     # host: behind a proxy, as SECURE_PROXY_SSL_HEADER and ALLOWED_HOSTS read them).
-    context = {"servers": _servers(tenant), "gateway_url": request.build_absolute_uri(PREFIX)}
-    return manage_page(request, TEMPLATE, {**context, **extra}, tab="mcp", status=status)
+    return {"gateway_url": request.build_absolute_uri(PREFIX)}
+
+
+def _index(request, *, form=None, status=200):
+    servers = list(McpServer.objects.filter(tenant=request.viewer.tenant).order_by("name"))
+    context = {
+        **_context(request),
+        "servers": servers,
+        "form": form or McpServerForm(initial={"hold_seconds": 240}),
+    }
+    return manage_page(request, INDEX, context, tab="mcp", status=status)
+
+
+def _server(request, name: str) -> McpServer:
+    return server_for(tenant_id=request.viewer.tenant.pk, name=name)  # another tenant's: 404
+
+
+def _server_page(request, server, *, form=None, status=200, **extra):
+    context = {
+        **_context(request),
+        "server": server,
+        "form": form or McpServerEditForm(server=server, initial=_initial(server)),
+        **extra,
+    }
+    return manage_page(request, SERVER, context, tab="mcp", status=status)
+
+
+def _initial(server: McpServer) -> dict:
+    return {
+        "url": server.url,
+        "pass_read_only": server.pass_read_only,
+        "hold_seconds": server.hold_seconds,
+    }
+
+
+def _to_server(name: str):
+    return redirect(reverse("manage_mcp_server", args=[name]))
 
 
 @admin_view
 def mcp_index(request):
-    return _page(request, form={"hold_seconds": 240})
+    """The list; a POST adds a server (POST /api/v1/mcp/servers' body)."""
+    if request.method == "POST":
+        return _add(request)
+    return _index(request)
 
 
-def _headers(text: str) -> dict:
-    headers = {}
-    for line in text.splitlines():
-        if line.strip():
-            name, _, value = line.partition(":")
-            headers[name.strip()] = value.strip()
-    return headers
-
-
-@require_POST
-@admin_view
-def mcp_add(request):
-    data = request.POST
-    form = {
-        "name": data.get("name", "").strip(),
-        "url": data.get("url", "").strip(),
-        "headers": data.get("headers", ""),
-        "pass_read_only": data.get("pass_read_only") == "on",
-        "hold_seconds": data.get("hold_seconds", "240").strip(),
-    }
+@require_recent_auth
+def _add(request):
+    form = McpServerForm(request.POST)
+    if not form.is_valid() or form.payload is None:
+        return _index(request, form=form, status=422)
     try:
-        body = McpServerIn.model_validate(
-            {
-                "name": form["name"],
-                "url": form["url"],
-                "headers": _headers(form["headers"]),
-                "passReadOnly": form["pass_read_only"],
-                "holdSeconds": form["hold_seconds"],
-            }
+        server = services.server_create(
+            tenant=request.viewer.tenant, fields=form.fields_sent(), viewer=request.viewer
         )
-        services.server_create(
-            tenant=request.viewer.tenant, fields=body.model_dump(), viewer=request.viewer
-        )
-    except ValidationError as exc:
-        errors = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
-        return _page(request, status=422, form=form, errors=errors)
-    except (Invalid, Conflict) as exc:
-        return _page(
-            request,
-            status=422 if isinstance(exc, Invalid) else 409,
-            form=form,
-            errors=[exc.message],
-        )
-    return redirect("manage_mcp")
+    except (Invalid, Conflict) as error:
+        form.refused(error)
+        return _index(request, form=form, status=409 if isinstance(error, Conflict) else 422)
+    messages.success(request, f"MCP server {server.name} added.")
+    return _to_server(server.name)
 
 
-def _server(request, name: str) -> McpServer:
-    server = McpServer.objects.filter(tenant=request.viewer.tenant, name=name).first()
-    if server is None:
-        raise Http404("no such MCP server")
-    return server
+@admin_view
+def mcp_server(request, name: str):
+    """The server's page; a POST changes it (PATCH's body)."""
+    server = _server(request, name)
+    if request.method != "POST":
+        return _server_page(request, server)
+    return _change(request, server)
 
 
-@require_POST
+@require_recent_auth
+def _change(request, server):
+    form = McpServerEditForm(request.POST, server=server)
+    if not form.is_valid() or form.payload is None:
+        return _server_page(request, server, form=form, status=422)
+    try:
+        services.server_update(server=server, fields=form.fields_sent(), viewer=request.viewer)
+    except Invalid as error:
+        server.refresh_from_db()
+        form.refused(error)
+        return _server_page(request, server, form=form, status=422)
+    messages.success(request, f"MCP server {server.name} saved.")
+    return _to_server(server.name)
+
+
 @admin_view
 def mcp_toggle(request, name: str):
     server = _server(request, name)
-    services.server_update(
+    if request.method != "POST":
+        return _to_server(server.name)
+    server = services.server_update(
         server=server, fields={"active": not server.active}, viewer=request.viewer
     )
+    if server.active:
+        messages.success(request, f"MCP server {server.name} enabled: clients may call it again.")
+    else:
+        messages.success(
+            request,
+            f"MCP server {server.name} disabled: its clients get 404 until it is enabled.",
+        )
+    return _to_server(server.name)
+
+
+@admin_view
+def mcp_delete(request, name: str):
+    server = _server(request, name)
+    if request.method != "POST":
+        return _to_server(server.name)
+    return _delete(request, server)
+
+
+@require_recent_auth
+def _delete(request, server):
+    services.server_delete(server=server, viewer=request.viewer)
+    messages.success(request, f"MCP server {server.name} removed.")
     return redirect("manage_mcp")
 
 
@@ -121,14 +170,17 @@ def _coverage(tenant, held_name: str) -> dict:
     return {"rules": rules, "roles": roles}
 
 
-@require_POST
 @admin_view
 def mcp_tools(request, name: str):
+    """ "List tools now": the server's page with its tools, asked of it at once (a POST: it
+    opens a connection to the server)."""
     server = _server(request, name)
+    if request.method != "POST":
+        return _to_server(server.name)
     try:
         tools = async_to_sync(upstream.tools_of)(server, fresh=True)
     except upstream.UpstreamError as exc:
-        return _page(request, status=502, listed=server, tools_error=str(exc))
+        return _server_page(request, server, status=502, tools_error=str(exc))
     rows = []
     for tool in tools.values():
         held_name = f"{server.name}.{tool.name}"
@@ -143,12 +195,13 @@ def mcp_tools(request, name: str):
                 **_coverage(server.tenant, held_name),
             }
         )
-    return _page(request, listed=server, tools=rows)
+    return _server_page(request, server, tools=rows)
 
 
 urlpatterns = [
     path("manage/mcp/", mcp_index, name="manage_mcp"),
-    path("manage/mcp/add/", mcp_add, name="manage_mcp_add"),
+    path("manage/mcp/<str:name>/", mcp_server, name="manage_mcp_server"),
     path("manage/mcp/<str:name>/toggle/", mcp_toggle, name="manage_mcp_toggle"),
+    path("manage/mcp/<str:name>/delete/", mcp_delete, name="manage_mcp_delete"),
     path("manage/mcp/<str:name>/tools/", mcp_tools, name="manage_mcp_tools"),
 ]

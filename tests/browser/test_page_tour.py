@@ -82,6 +82,15 @@ def tour(tenant_a, admin_a, lead_a, reviewer_a, viewer_a):
             body="Spend this period is $16.00 of $20.00 (80% threshold).",
             url=f"/budgets/{budget.public_id}/",
         )
+    from gateway.models import McpServer
+
+    McpServer.objects.create(  # an upstream, never asked: no page of the tour fetches it
+        tenant=tenant_a,
+        name="workspace",
+        url="https://mcp.example.com/mcp",
+        header_names=["Authorization"],
+        pass_read_only=True,
+    )
     from approvals.services.saved_views import saved_view_create
 
     for who in (admin_a, lead_a, reviewer_a, viewer_a):  # the desk with a saved view or two
@@ -123,6 +132,8 @@ def pages_for(role: str, ids: dict) -> list[str]:
             "/manage/teams/support/",
             "/manage/keys/",
             "/manage/webhooks/",
+            "/manage/mcp/",
+            "/manage/mcp/workspace/",
             "/manage/audit/",
             "/manage/settings/",
             "/manage/settings/sso/",
