@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from http import HTTPStatus
 from urllib.parse import unquote, urlsplit
 
 from daphne import http_protocol
@@ -36,6 +37,7 @@ from twisted.web import http
 from console.core import bodylimit
 
 log = logging.getLogger("console.serving")
+PHRASES = {status.value: status.phrase.encode("ascii") for status in HTTPStatus}
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 256 * 1024
 
@@ -62,6 +64,13 @@ class GuardedRequest(http_protocol.WebRequest):
     def __init__(self, *args, **kwargs):
         kwargs["parsePOSTFormSubmission"] = False
         super().__init__(*args, **kwargs)
+
+    def setResponseCode(self, code, message=None):
+        """The status line's reason phrase from the standard library's table when Twisted's
+        has none (422, 429 and others: "422 Unknown Status" on the wire otherwise)."""
+        if message is None and code not in http.RESPONSES:
+            message = PHRASES.get(code)
+        super().setResponseCode(code, message)
 
     def handleContentChunk(self, data):
         self.gavel_received += len(data)

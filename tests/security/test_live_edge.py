@@ -278,3 +278,19 @@ async def test_m4_the_asgi_app_stops_reading_a_streamed_body_at_the_limit():
     assert json.loads(sent[1]["body"])["status"] == "413"
     assert len(reads) == 2  # 1 MiB, then the byte over the SCIM path's 1 MiB: no more
     assert len(sent) == 2  # Django answered nothing of its own
+
+
+@pytest.mark.parametrize("code", [422, 429, 409, 200])
+def test_every_status_line_has_its_reason_phrase(code):
+    """Twisted's table lacks 422 and 429 ("HTTP/1.1 422 Unknown Status" on the wire, in every
+    browser's console); the standard library's names them."""
+    from http import HTTPStatus
+
+    from console.core.serving import GuardedRequest
+
+    request = GuardedRequest.__new__(GuardedRequest)  # no channel: only the status is set
+    request.setResponseCode(code)
+    assert request.code == code
+    assert request.code_message.decode() == HTTPStatus(code).phrase
+    request.setResponseCode(code, b"Own Words")
+    assert request.code_message == b"Own Words"
