@@ -11,6 +11,7 @@ its secret headers)."""
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
+from functools import wraps
 
 from asgiref.sync import async_to_sync
 from django.contrib import messages
@@ -122,11 +123,23 @@ def _change(request, server):
     return _to_server(server.name)
 
 
-@admin_view
-def mcp_toggle(request, name: str):
-    server = _server(request, name)
-    if request.method != "POST":
-        return _to_server(server.name)
+def _action(view):
+    """An action on one server (admin): a POST acts; any other method goes to the server's
+    page and acts on nothing."""
+
+    @admin_view
+    @wraps(view)
+    def wrapped(request, name: str):
+        server = _server(request, name)
+        if request.method != "POST":
+            return _to_server(server.name)
+        return view(request, server)
+
+    return wrapped
+
+
+@_action
+def mcp_toggle(request, server):
     server = services.server_update(
         server=server, fields={"active": not server.active}, viewer=request.viewer
     )
@@ -140,16 +153,9 @@ def mcp_toggle(request, name: str):
     return _to_server(server.name)
 
 
-@admin_view
-def mcp_delete(request, name: str):
-    server = _server(request, name)
-    if request.method != "POST":
-        return _to_server(server.name)
-    return _delete(request, server)
-
-
+@_action
 @require_recent_auth
-def _delete(request, server):
+def mcp_delete(request, server):
     services.server_delete(server=server, viewer=request.viewer)
     messages.success(request, f"MCP server {server.name} removed.")
     return redirect("manage_mcp")
@@ -170,13 +176,10 @@ def _coverage(tenant, held_name: str) -> dict:
     return {"rules": rules, "roles": roles}
 
 
-@admin_view
-def mcp_tools(request, name: str):
+@_action
+def mcp_tools(request, server):
     """ "List tools now": the server's page with its tools, asked of it at once (a POST: it
     opens a connection to the server)."""
-    server = _server(request, name)
-    if request.method != "POST":
-        return _to_server(server.name)
     try:
         tools = async_to_sync(upstream.tools_of)(server, fresh=True)
     except upstream.UpstreamError as exc:
