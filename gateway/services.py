@@ -52,6 +52,12 @@ def check_url(url: str) -> None:
         )
 
 
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
+
+
 def check_headers(headers: dict) -> None:
     for name, value in headers.items():
         if not HEADER_NAME.match(name) or name.lower() in HOP_HEADERS:
@@ -133,6 +139,16 @@ def server_update(*, server: McpServer, fields: dict, viewer) -> McpServer:
         if server.transport != Transport.HTTP:
             raise _invalid("body.url", "a stdio server has no URL")
         check_url(fields["url"])
+        if (
+            server.header_names
+            and fields.get("headers") is None
+            and _origin(fields["url"]) != _origin(server.url)
+        ):  # secret headers are never sent to a host they were not given for
+            raise _invalid(
+                "body.headers",
+                f"the stored headers were given for {urlsplit(server.url).netloc}: with a URL "
+                "on another host, give the headers again or remove them",
+            )
         server.url = fields["url"]
     if fields.get("headers") is not None:
         check_headers(fields["headers"])

@@ -331,3 +331,63 @@ def test_the_desk_marks_a_gateway_call_with_its_server(tenant_a, reviewer_a):
     assert 'class="desk-mark is-mcp"' in marks and "from its server workspace" in marks
     assert '<span class="is-sr-only"> · workspace</span>' in marks  # read out in full
     assert "MCP ·" not in row(runtime)
+
+
+def test_stored_headers_never_follow_a_url_to_another_host(admin, tenant_a, admin_a):
+    """A URL moved to another host (or scheme or port) with secret headers stored is refused
+    unless the headers are given again or removed: the page and the API (PATCH) alike."""
+    from gateway.services import headers_of, server_create
+
+    server = server_create(
+        tenant=tenant_a,
+        fields={"name": "files", "url": "https://mcp.example.com/m",
+                "headers": {"Authorization": "Bearer one"}},
+        viewer=None,
+    )  # fmt: skip
+    moved = admin.post(
+        "/manage/mcp/files/", {"url": "https://evil.example/m", "hold_seconds": "240"}
+    )
+    assert moved.status_code == 422
+    assert "given for mcp.example.com" in _field(moved.content.decode(), "edit-headers")
+    api = admin.patch(
+        "/api/v1/mcp/servers/files",
+        data={"url": "https://mcp.example.com:8443/m"},
+        content_type="application/json",
+        headers={"origin": "http://testserver"},
+    )
+    assert api.status_code == 422, api.content
+    assert api.json()["error"]["details"][0]["path"] == "body.headers"
+    server.refresh_from_db()
+    assert server.url == "https://mcp.example.com/m"
+    assert headers_of(server) == {"Authorization": "Bearer one"}
+
+    # the same host, another path: the headers stay
+    assert (
+        admin.post(
+            "/manage/mcp/files/", {"url": "https://MCP.example.com:443/v2", "hold_seconds": "240"}
+        ).status_code
+        == 302
+    )
+    # another host with its headers given again, or removed
+    assert (
+        admin.post(
+            "/manage/mcp/files/",
+            {
+                "url": "https://other.example/m",
+                "hold_seconds": "240",
+                "headers": "Authorization: two",
+            },
+        ).status_code
+        == 302
+    )
+    server.refresh_from_db()
+    assert (server.url, headers_of(server)) == ("https://other.example/m", {"Authorization": "two"})
+    assert (
+        admin.post(
+            "/manage/mcp/files/",
+            {"url": "https://third.example/m", "hold_seconds": "240", "clear_headers": "on"},
+        ).status_code
+        == 302
+    )
+    server.refresh_from_db()
+    assert (server.url, headers_of(server)) == ("https://third.example/m", {})
