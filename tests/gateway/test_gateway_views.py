@@ -281,6 +281,7 @@ def test_a_server_that_cannot_be_asked_says_so(admin, tenant_a, settings):
     page = admin.post("/manage/mcp/broken/tools/")
     assert page.status_code == 502
     assert "The server could not be asked" in page.content.decode()
+    assert "output (stderr) is in the Gavel server" in page.content.decode()  # where to look
 
 
 def test_an_old_sign_in_gives_its_password_again_to_add_change_or_remove(admin, tenant_a):
