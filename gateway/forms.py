@@ -35,7 +35,7 @@ def header_lines(text: str) -> dict[str, str]:
                 f"Line {number} is not a header: write one `Name: value` a line.",
                 code="header_line",
             )
-        if name.strip() in headers:
+        if name.strip().lower() in {given.lower() for given in headers}:  # case-insensitive
             raise forms.ValidationError(
                 f"Line {number} repeats the header {name.strip()}.", code="header_twice"
             )

@@ -59,9 +59,13 @@ def _origin(url: str) -> str:
 
 
 def check_headers(headers: dict) -> None:
+    seen: set[str] = set()
     for name, value in headers.items():
         if not HEADER_NAME.match(name) or name.lower() in HOP_HEADERS:
             raise _invalid(f"body.headers.{name}", "not a header the gateway may send")
+        if name.lower() in seen:  # header names are case-insensitive
+            raise _invalid(f"body.headers.{name}", "the header is given twice")
+        seen.add(name.lower())
         if any(c in value for c in "\r\n\0") or len(value) > 8192:
             raise _invalid(f"body.headers.{name}", "a header value is one line of at most 8 KiB")
 

@@ -105,6 +105,15 @@ def test_secret_headers_are_stored_encrypted_and_never_in_the_wire_form():
             },  # fmt: skip
             viewer=admin,
         )
+    with pytest.raises(Invalid) as twice:  # header names are case-insensitive
+        services.server_create(
+            tenant=tenant,
+            fields={"name": "twice", "url": "https://x.example/",
+                    "headers": {"X-Team": "a", "x-team": "b"}},
+            viewer=admin,
+        )  # fmt: skip
+    assert twice.value.details[0]["path"] == "body.headers.x-team"
+    assert not McpServer.objects.filter(name__in=["bad-header", "twice"]).exists()
 
 
 def test_create_mcp_server_is_idempotent_and_refuses_bad_input():

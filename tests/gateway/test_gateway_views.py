@@ -122,9 +122,9 @@ def _field(html: str, input_id: str) -> str:
             "Host: not a header the gateway may send",
         ),
         (
-            {"name": "a", "url": "https://a.example/m", "headers": "X-A: 1\nX-A: 2"},
+            {"name": "a", "url": "https://a.example/m", "headers": "X-A: 1\nx-a: 2"},
             "mcp-headers",
-            "Line 2 repeats the header X-A",
+            "Line 2 repeats the header x-a",
         ),
     ],
 )
