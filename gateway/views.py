@@ -18,13 +18,11 @@ from django.contrib import messages
 from django.shortcuts import redirect
 from django.urls import path, reverse
 
-from approvals.models import Rule
 from console.core.errors import Conflict, Invalid
-from console.models import Role
 from console.web.admin_pages import admin_view, manage_page
 from console.web.reauth import require_recent_auth
 from gateway import services, upstream
-from gateway.access import server_for
+from gateway.access import deciders_of, server_for, servers_of
 from gateway.asgi import PREFIX
 from gateway.forms import McpServerEditForm, McpServerForm
 from gateway.models import McpServer
@@ -40,7 +38,7 @@ def _context(request) -> dict:
 
 
 def _index(request, *, form=None, status=200):
-    servers = list(McpServer.objects.filter(tenant=request.viewer.tenant).order_by("name"))
+    servers = list(servers_of(tenant_id=request.viewer.tenant.pk))
     context = {
         **_context(request),
         "servers": servers,
@@ -161,19 +159,12 @@ def mcp_delete(request, server):
     return redirect("manage_mcp")
 
 
-def _coverage(tenant, held_name: str) -> dict:
-    rules = [
-        r
-        for r in Rule.objects.filter(tenant=tenant, active=True)
-        if fnmatchcase(held_name, r.tool_pattern)
-    ]
-    roles = [
-        r
-        for r in Role.objects.filter(tenant=tenant)
-        if ("decide" in r.capabilities or "admin" in r.capabilities)
-        and any(fnmatchcase(held_name, glob) for glob in r.decide_tools)
-    ]
-    return {"rules": rules, "roles": roles}
+def _coverage(rules, roles, held_name: str) -> dict:
+    """The rules and the roles (gateway.access.deciders_of) that cover a held-call name."""
+    return {
+        "rules": [r for r in rules if fnmatchcase(held_name, r.tool_pattern)],
+        "roles": [r for r in roles if any(fnmatchcase(held_name, g) for g in r.decide_tools)],
+    }
 
 
 @_action
@@ -184,6 +175,7 @@ def mcp_tools(request, server):
         tools = async_to_sync(upstream.tools_of)(server, fresh=True)
     except upstream.UpstreamError as exc:
         return _server_page(request, server, status=502, tools_error=str(exc))
+    rules, roles = deciders_of(tenant_id=server.tenant_id)
     rows = []
     for tool in tools.values():
         held_name = f"{server.name}.{tool.name}"
@@ -195,7 +187,7 @@ def mcp_tools(request, server):
                 "description": tool.description or "",
                 "read_only": read_only,
                 "passes": read_only and server.pass_read_only,
-                **_coverage(server.tenant, held_name),
+                **_coverage(rules, roles, held_name),
             }
         )
     return _server_page(request, server, tools=rows)

@@ -139,15 +139,19 @@ def test_each_refused_field_says_why_on_itself_and_nothing_is_saved(
     assert not AuditEvent.objects.filter(tenant=tenant_a, action__startswith="mcp.").exists()
 
 
-def test_an_admin_changes_a_server_and_its_headers_are_kept_unless_replaced(admin, tenant_a):
-    from gateway.services import headers_of, server_create
+def _files_with_a_secret(tenant) -> McpServer:
+    """`files` at https://mcp.example.com/m with a stored `Authorization: Bearer one`."""
+    from gateway.services import server_create
 
-    server = server_create(
-        tenant=tenant_a,
-        fields={"name": "files", "url": "https://mcp.example.com/m",
-                "headers": {"Authorization": "Bearer one"}},
-        viewer=None,
-    )  # fmt: skip
+    fields = {"name": "files", "url": "https://mcp.example.com/m",
+              "headers": {"Authorization": "Bearer one"}}  # fmt: skip
+    return server_create(tenant=tenant, fields=fields, viewer=None)
+
+
+def test_an_admin_changes_a_server_and_its_headers_are_kept_unless_replaced(admin, tenant_a):
+    from gateway.services import headers_of
+
+    server = _files_with_a_secret(tenant_a)
     page = admin.get("/manage/mcp/files/")
     assert page.status_code == 200 and 'value="https://mcp.example.com/m"' in page.content.decode()
 
@@ -337,14 +341,9 @@ def test_the_desk_marks_a_gateway_call_with_its_server(tenant_a, reviewer_a):
 def test_stored_headers_never_follow_a_url_to_another_host(admin, tenant_a, admin_a):
     """A URL moved to another host (or scheme or port) with secret headers stored is refused
     unless the headers are given again or removed: the page and the API (PATCH) alike."""
-    from gateway.services import headers_of, server_create
+    from gateway.services import headers_of
 
-    server = server_create(
-        tenant=tenant_a,
-        fields={"name": "files", "url": "https://mcp.example.com/m",
-                "headers": {"Authorization": "Bearer one"}},
-        viewer=None,
-    )  # fmt: skip
+    server = _files_with_a_secret(tenant_a)
     moved = admin.post(
         "/manage/mcp/files/", {"url": "https://evil.example/m", "hold_seconds": "240"}
     )
